@@ -1,0 +1,37 @@
+# The README's two Quickstart commands live here: `make demo` and `make test`.
+SHELL := /bin/bash
+VENV := .venv
+PY := $(VENV)/bin/python
+export DAGSTER_HOME := $(CURDIR)/.dagster_home
+
+.PHONY: install demo test dev validate clean-lake
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e ".[dev]"
+	touch $@
+
+install: $(VENV)/.installed
+
+$(DAGSTER_HOME)/dagster.yaml: dagster.yaml
+	mkdir -p $(DAGSTER_HOME)
+	cp dagster.yaml $@
+
+## demo: install, then materialise the whole asset graph for the bundled `sample` venue (offline)
+demo: install $(DAGSTER_HOME)/dagster.yaml
+	$(VENV)/bin/peerify build sample
+
+## test: install, then run the test suite
+test: install
+	$(VENV)/bin/pytest -q
+
+## dev: the Dagster UI with the asset graph
+dev: install $(DAGSTER_HOME)/dagster.yaml
+	$(VENV)/bin/dagster dev -w workspace.yaml
+
+validate: install
+	$(VENV)/bin/dagster definitions validate -w workspace.yaml
+
+clean-lake:
+	find data_lake -mindepth 1 ! -name .gitkeep -delete

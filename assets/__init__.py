@@ -1,0 +1,1 @@
+"""The asset graph, one module per pipeline stage."""

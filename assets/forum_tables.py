@@ -1,0 +1,141 @@
+"""Stage 2, typed tables: submissions, reviews, author responses, reviewer follow-ups, decisions,
+meta-reviews and review threads, built from the raw notes, with their data-quality checks."""
+
+
+import json
+from collections import defaultdict
+
+import dagster as dg
+import polars as pl
+
+from peerify_dagster.domain import quality
+from peerify_dagster.domain.forum_tables import REVIEW_FIELDS, ForumNotes, build_tables
+from peerify_dagster.partitions import venue_partitions
+
+FORUM_TABLES_CODE_VERSION = "forum-tables-v1"
+
+_TEXT = pl.String
+_SCHEMAS: dict[str, dict[str, pl.DataType]] = {
+    "submissions": {
+        "venue": _TEXT, "paper_id": _TEXT, "number": pl.Int64, "title": _TEXT, "abstract": _TEXT,
+        "keywords": pl.List(_TEXT), "primary_area": _TEXT, "tldr": _TEXT, "venue_label": _TEXT, "decision": _TEXT,
+        "withdrawn": pl.Boolean, "desk_rejected": pl.Boolean, "pdf_url": _TEXT, "cdate": pl.Int64, "mdate": pl.Int64,
+    },
+    "reviews": {
+        "venue": _TEXT, "paper_id": _TEXT, "review_id": _TEXT, "reviewer_id": _TEXT, "signatures": pl.List(_TEXT),
+        "cdate": pl.Int64, "mdate": pl.Int64, **{f: _TEXT for f in REVIEW_FIELDS},
+        "rating_score": pl.Int64, "confidence_score": pl.Int64, "extra_fields_json": _TEXT, "review_text": _TEXT,
+    },
+    "author_responses": {
+        "venue": _TEXT, "paper_id": _TEXT, "response_id": _TEXT, "kind": _TEXT, "invitation": _TEXT, "replyto": _TEXT,
+        "review_id": _TEXT, "is_global": pl.Boolean, "title": _TEXT, "text": _TEXT, "signatures": pl.List(_TEXT),
+        "cdate": pl.Int64, "mdate": pl.Int64,
+    },
+    "reviewer_followups": {
+        "venue": _TEXT, "paper_id": _TEXT, "comment_id": _TEXT, "reviewer_id": _TEXT, "replyto": _TEXT,
+        "review_id": _TEXT, "own_review": pl.Boolean, "title": _TEXT, "text": _TEXT, "cdate": pl.Int64,
+    },
+    "decisions": {
+        "venue": _TEXT, "paper_id": _TEXT, "decision_id": _TEXT, "decision": _TEXT, "comment": _TEXT,
+        "signatures": pl.List(_TEXT), "cdate": pl.Int64,
+    },
+    "meta_reviews": {
+        "venue": _TEXT, "paper_id": _TEXT, "meta_review_id": _TEXT, "area_chair_id": _TEXT, "metareview": _TEXT,
+        "recommendation": _TEXT, "confidence": _TEXT, "cdate": pl.Int64,
+    },
+    "review_threads": {
+        "venue": _TEXT, "paper_id": _TEXT, "review_id": _TEXT, "reviewer_id": _TEXT, "review_text": _TEXT,
+        "author_response_ids": pl.List(_TEXT), "n_author_responses": pl.Int64, "thread_author_response": _TEXT,
+        "followup_ids": pl.List(_TEXT), "combined_author_response": _TEXT, "combined_response_words": pl.Int64,
+    },
+    "note_errors": {
+        "venue": _TEXT, "forum_id": _TEXT, "note_id": _TEXT, "stage": _TEXT, "severity": _TEXT, "reason": _TEXT,
+        "message": _TEXT,
+    },
+}
+_DESCRIPTIONS = {
+    "submissions": "One row per chosen paper (paper id = forum id): title, abstract, keywords, decision, withdrawn flag, PDF url.",
+    "reviews": "Official reviews only (never follow-up comments): every content field as a column plus one assembled text; "
+               "reviewer id from the signatures.",
+    "author_responses": "Author notes: `-/Rebuttal` notes (field `rebuttal`, NeurIPS 2024) and author `Official_Comment`s, "
+                        "with the review whose reply tree holds them.",
+    "reviewer_followups": "Reviewer comments that are not the original review, with the review thread they belong to.",
+    "decisions": "Program chairs' decisions.",
+    "meta_reviews": "Area chairs' meta-reviews.",
+    "review_threads": "Per review: the author responses in its reply tree (any depth, time order) and the paper's combined "
+                      "author response.",
+    "note_errors": "Notes that could not be used (malformed, unknown invitation, wrong forum), named with the reason.",
+}
+_ID_COLUMNS = {
+    "submissions": "paper_id", "reviews": "review_id", "author_responses": "response_id",
+    "reviewer_followups": "comment_id", "decisions": "decision_id", "meta_reviews": "meta_review_id",
+    "review_threads": "review_id",
+}
+_TEXT_COLUMNS = {"reviews": "review_text", "author_responses": "text"}
+
+
+def _check_specs() -> list[dg.AssetCheckSpec]:
+    specs = [
+        dg.AssetCheckSpec("unique_ids", asset=table, blocking=True, description=f"{column} is unique")
+        for table, column in _ID_COLUMNS.items()
+    ]
+    specs += [
+        dg.AssetCheckSpec("belongs_to_submission", asset=table, blocking=True,
+                          description="every row's paper_id is a submission of this venue")
+        for table in _ID_COLUMNS if table != "submissions"
+    ]
+    specs += [
+        dg.AssetCheckSpec("non_empty_text", asset=table, description=f"{column} is never empty")
+        for table, column in _TEXT_COLUMNS.items()
+    ]
+    specs += [
+        dg.AssetCheckSpec("well_formed", asset="submissions", description="title present, PDF path well formed, cdate set"),
+        dg.AssetCheckSpec("well_formed", asset="reviews", description="ratings carry a score, reviewer id present"),
+    ]
+    return specs
+
+
+def _check(table: str, name: str, failing: list[str], severity=dg.AssetCheckSeverity.ERROR) -> dg.AssetCheckResult:
+    return dg.AssetCheckResult(
+        asset_key=table, check_name=name, passed=not failing, severity=severity,
+        metadata={"failing_count": len(failing), "failing_ids": dg.MetadataValue.json(failing[:200])},
+    )
+
+
+def forums_from_raw(raw: pl.DataFrame) -> list[ForumNotes]:
+    grouped: dict[str, list] = defaultdict(list)
+    fetched: dict[str, int | None] = {}
+    for forum_id, note_json, fetched_at in raw.select("forum_id", "note_json", "fetched_at").iter_rows():
+        grouped[forum_id].append(json.loads(note_json))
+        fetched[forum_id] = fetched_at
+    return [ForumNotes(forum_id=f, notes=notes, fetched_at=fetched[f]) for f, notes in grouped.items()]
+
+
+@dg.multi_asset(
+    partitions_def=venue_partitions,
+    group_name="forum_tables",
+    outs={
+        table: dg.AssetOut(kinds={"python", "parquet"}, code_version=FORUM_TABLES_CODE_VERSION, description=_DESCRIPTIONS[table])
+        for table in _SCHEMAS
+    },
+    check_specs=_check_specs(),
+)
+def forum_tables(context: dg.AssetExecutionContext, raw_openreview_notes: pl.DataFrame):
+    """Classify every landed note by its invitations and signatures and thread the replies."""
+    built = build_tables(context.partition_key, forums_from_raw(raw_openreview_notes))
+    frames = {t: pl.DataFrame(built.rows[t], schema=schema) for t, schema in _SCHEMAS.items()}
+    for table, frame in frames.items():
+        yield dg.Output(frame, output_name=table)
+    for row in built.rows["note_errors"]:
+        context.log.warning(f"{row['reason']}: {row['message']}")
+
+    submissions = frames["submissions"]
+    for table, column in _ID_COLUMNS.items():
+        yield _check(table, "unique_ids", quality.duplicate_ids(frames[table], column))
+        if table != "submissions":
+            yield _check(table, "belongs_to_submission", quality.orphan_ids(frames[table], column, submissions))
+    for table, column in _TEXT_COLUMNS.items():
+        yield _check(table, "non_empty_text", quality.empty_text_ids(frames[table], _ID_COLUMNS[table], column),
+                     dg.AssetCheckSeverity.WARN)
+    yield _check("submissions", "well_formed", quality.malformed_submission_ids(submissions), dg.AssetCheckSeverity.WARN)
+    yield _check("reviews", "well_formed", quality.malformed_review_ids(frames["reviews"]), dg.AssetCheckSeverity.WARN)

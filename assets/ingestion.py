@@ -1,0 +1,172 @@
+"""Stage 1, ingestion: sample a venue's papers and land their OpenReview forums as raw notes."""
+
+
+import json
+
+import dagster as dg
+import polars as pl
+
+from peerify_dagster.domain.notes import MalformedNote, classify, validate_note
+from peerify_dagster.domain.sampling import choose_papers
+from peerify_dagster.partitions import venue_partitions
+from peerify_dagster.resources.dagster_resources import LakeResource, OpenReviewResource, VenueRegistryResource
+from peerify_dagster.resources.openreview import FetchOutcome, OpenReviewCrawler, SnapshotReader
+
+INGESTION_CODE_VERSION = "ingestion-v1"
+
+
+class CrawlConfig(dg.Config):
+    refetch: bool = False  # True re-fetches forums and PDFs already in the snapshot (a refresh)
+
+
+def crawler_for(context: dg.AssetExecutionContext, registry: VenueRegistryResource, lake: LakeResource,
+                openreview: OpenReviewResource) -> tuple[OpenReviewCrawler | None, SnapshotReader]:
+    """A crawler for live venues (None for snapshot venues) and the reader of the venue's snapshot."""
+    venue = registry.venue(context.partition_key)
+    folder = registry.snapshot_dir(venue, lake.lake())
+    if venue.source != "api":
+        return None, SnapshotReader(folder)
+    crawler = OpenReviewCrawler(openreview.client(venue.api_url), venue.openreview_id, folder, log=context.log.info)
+    return crawler, crawler.reader
+
+
+@dg.asset(
+    partitions_def=venue_partitions,
+    group_name="ingestion",
+    kinds={"python", "parquet"},
+    code_version=INGESTION_CODE_VERSION,
+)
+def paper_sample(
+    context: dg.AssetExecutionContext,
+    venue_registry: VenueRegistryResource,
+    lake: LakeResource,
+    openreview: OpenReviewResource,
+) -> pl.DataFrame:
+    """The venue's papers chosen for the benchmark: seed, sample size and the chosen forum ids in draw order."""
+    venue = venue_registry.venue(context.partition_key)
+    crawler, reader = crawler_for(context, venue_registry, lake, openreview)
+    submissions = crawler.land_submissions() if crawler else reader.submissions()
+    forum_ids = [n["id"] for n in submissions if isinstance(n, dict) and isinstance(n.get("id"), str)]
+    chosen = choose_papers(forum_ids, venue.seed, venue.sample_size)
+    context.log.info(f"{venue.key}: {len(chosen)} of {len(forum_ids)} submissions chosen (seed {venue.seed})")
+    return pl.DataFrame(
+        {
+            "venue": [venue.key] * len(chosen),
+            "forum_id": chosen,
+            "draw_order": list(range(len(chosen))),
+            "seed": [venue.seed] * len(chosen),
+            "sample_size": [venue.sample_size] * len(chosen),
+            "population": [len(forum_ids)] * len(chosen),
+        },
+        schema_overrides={"sample_size": pl.Int64},
+    )
+
+
+def _raw_row(venue: str, forum_id: str, note: object, fetched_at: int | None) -> dict:
+    try:
+        valid = validate_note(note)
+        kind, problem = classify(valid), None
+    except MalformedNote as exc:
+        kind, problem = None, str(exc)
+    as_dict = note if isinstance(note, dict) else {}
+
+    def as_list(key: str) -> list[str]:
+        value = as_dict.get(key)
+        return [str(v) for v in value] if isinstance(value, list) else []
+
+    return {
+        "venue": venue,
+        "forum_id": forum_id,
+        "note_id": as_dict.get("id") if isinstance(as_dict.get("id"), str) else None,
+        "kind": kind,
+        "invitations": as_list("invitations"),
+        "signatures": as_list("signatures"),
+        "replyto": as_dict.get("replyto") if isinstance(as_dict.get("replyto"), str) else None,
+        "number": as_dict.get("number") if isinstance(as_dict.get("number"), int) else None,
+        "cdate": as_dict.get("cdate") if isinstance(as_dict.get("cdate"), int) else None,
+        "tcdate": as_dict.get("tcdate") if isinstance(as_dict.get("tcdate"), int) else None,
+        "mdate": as_dict.get("mdate") if isinstance(as_dict.get("mdate"), int) else None,
+        "tmdate": as_dict.get("tmdate") if isinstance(as_dict.get("tmdate"), int) else None,
+        "fetched_at": fetched_at,
+        "problem": problem,
+        "note_json": json.dumps(note, ensure_ascii=False),
+    }
+
+
+RAW_NOTE_SCHEMA = {
+    "venue": pl.String, "forum_id": pl.String, "note_id": pl.String, "kind": pl.String,
+    "invitations": pl.List(pl.String), "signatures": pl.List(pl.String), "replyto": pl.String,
+    "number": pl.Int64, "cdate": pl.Int64, "tcdate": pl.Int64, "mdate": pl.Int64, "tmdate": pl.Int64,
+    "fetched_at": pl.Int64, "problem": pl.String, "note_json": pl.String,
+}
+CRAWL_LOG_SCHEMA = {
+    "venue": pl.String, "forum_id": pl.String, "item": pl.String, "status": pl.String,
+    "reason": pl.String, "message": pl.String, "seconds": pl.Float64,
+}
+
+
+def crawl_log_frame(venue: str, outcomes: list[FetchOutcome]) -> pl.DataFrame:
+    return pl.DataFrame(
+        [{"venue": venue, "forum_id": o.forum_id, "item": o.item, "status": o.status, "reason": o.reason,
+          "message": o.message, "seconds": round(o.seconds, 4)} for o in outcomes],
+        schema=CRAWL_LOG_SCHEMA,
+    )
+
+
+@dg.multi_asset(
+    partitions_def=venue_partitions,
+    group_name="ingestion",
+    outs={
+        "raw_openreview_notes": dg.AssetOut(
+            kinds={"python", "parquet"}, code_version=INGESTION_CODE_VERSION,
+            description="Every note of every chosen forum exactly as received (JSON), with forum, invitations, "
+                        "signatures, replyto, timestamps and fetch time.",
+        ),
+        "forum_crawl_log": dg.AssetOut(
+            kinds={"python", "parquet"}, code_version=INGESTION_CODE_VERSION,
+            description="One row per chosen forum: fetched now, already stored (resumed crawl), or failed with a reason.",
+        ),
+    },
+)
+def raw_openreview_notes(
+    context: dg.AssetExecutionContext,
+    config: CrawlConfig,
+    paper_sample: pl.DataFrame,
+    venue_registry: VenueRegistryResource,
+    lake: LakeResource,
+    openreview: OpenReviewResource,
+):
+    """Land each chosen forum (live venues: crawled with the real client into the lake's snapshot folder,
+    resumable; snapshot venues: replayed), then read every landed note as received."""
+    venue_key = context.partition_key
+    crawler, reader = crawler_for(context, venue_registry, lake, openreview)
+    forum_ids = paper_sample["forum_id"].to_list()
+    outcomes: list[FetchOutcome] = []
+    rows: list[dict] = []
+    for done, forum_id in enumerate(forum_ids, start=1):
+        if crawler:
+            outcome = crawler.land_forum(forum_id, refetch=config.refetch)
+        elif reader.has_forum(forum_id):
+            outcome = FetchOutcome(forum_id, "forum", "stored")
+        else:
+            outcome = FetchOutcome(forum_id, "forum", "failed", "not_in_snapshot",
+                                   f"forum {forum_id}: listed as a submission but absent from the snapshot")
+        outcomes.append(outcome)
+        if outcome.status in ("fetched", "stored"):
+            try:
+                forum = reader.forum(forum_id)
+            except (OSError, ValueError) as exc:
+                outcomes[-1] = FetchOutcome(forum_id, "forum", "failed", "unreadable_snapshot",
+                                            f"forum {forum_id}: snapshot file unreadable ({exc})")
+            else:
+                rows.extend(_raw_row(venue_key, forum_id, note, forum.fetched_at) for note in forum.notes)
+        if done % 25 == 0 or done == len(forum_ids):
+            context.log.info(f"{venue_key}: {done}/{len(forum_ids)} forums landed")
+    failed = [o for o in outcomes if o.status == "failed"]
+    for outcome in failed:
+        context.log.warning(f"forum {outcome.forum_id}: {outcome.reason}: {outcome.message}")
+    yield dg.Output(pl.DataFrame(rows, schema=RAW_NOTE_SCHEMA), output_name="raw_openreview_notes",
+                    metadata={"forums_failed": len(failed)})
+    yield dg.Output(crawl_log_frame(venue_key, outcomes), output_name="forum_crawl_log",
+                    metadata={"fetched": sum(o.status == "fetched" for o in outcomes),
+                              "resumed": sum(o.status == "stored" for o in outcomes), "failed": len(failed)})

@@ -1,0 +1,69 @@
+"""The code location: one Definitions object with every asset, check, resource, job, schedule and sensor."""
+
+
+import dagster as dg
+
+from assets import forum_tables, ingestion, manuscript_pdfs
+from peerify_dagster.partitions import venue_partitions
+from peerify_dagster.resources.dagster_resources import (
+    DEFAULT_LAKE,
+    LakeResource,
+    OpenReviewResource,
+    ParquetLakeIOManager,
+    VenueRegistryResource,
+)
+
+all_assets = dg.load_assets_from_modules([ingestion, forum_tables, manuscript_pdfs])
+
+build_venue_job = dg.define_asset_job(
+    "build_venue",
+    selection=dg.AssetSelection.all(),
+    partitions_def=venue_partitions,
+    description="Materialise the whole venue-partitioned asset graph for one venue.",
+)
+
+REFRESH_RUN_CONFIG = {"ops": {"raw_openreview_notes": {"config": {"refetch": True}}}}
+
+
+@dg.sensor(job=build_venue_job, minimum_interval_seconds=60, default_status=dg.DefaultSensorStatus.RUNNING)
+def venue_registry_sensor(context: dg.SensorEvaluationContext, venue_registry: VenueRegistryResource):
+    """Adds venues newly listed in the registry as partitions and builds just those; old venues are untouched."""
+    known = set(context.instance.get_dynamic_partitions(venue_partitions.name))
+    new = [key for key in venue_registry.venue_keys() if key not in known]
+    if not new:
+        return dg.SkipReason("no new venues in the registry")
+    return dg.SensorResult(
+        run_requests=[dg.RunRequest(partition_key=key, run_key=f"register:{key}") for key in new],
+        dynamic_partitions_requests=[venue_partitions.build_add_request(new)],
+    )
+
+
+@dg.schedule(job=build_venue_job, cron_schedule="0 3 * * 1", default_status=dg.DefaultScheduleStatus.STOPPED)
+def venue_refresh_schedule(context: dg.ScheduleEvaluationContext, venue_registry: VenueRegistryResource):
+    """Weekly refresh of every registered venue: re-lists submissions and re-fetches forums (new replies)."""
+    known = set(context.instance.get_dynamic_partitions(venue_partitions.name))
+    return [
+        dg.RunRequest(partition_key=key, run_config=REFRESH_RUN_CONFIG,
+                      run_key=f"refresh:{key}:{context.scheduled_execution_time:%Y-%m-%d}")
+        for key in venue_registry.venue_keys() if key in known
+    ]
+
+
+def build_resources(lake_root: str = DEFAULT_LAKE, **overrides) -> dict:
+    resources = {
+        "io_manager": ParquetLakeIOManager(root=lake_root),
+        "lake": LakeResource(root=lake_root),
+        "venue_registry": VenueRegistryResource(),
+        "openreview": OpenReviewResource(),
+    }
+    resources.update(overrides)
+    return resources
+
+
+defs = dg.Definitions(
+    assets=all_assets,
+    jobs=[build_venue_job],
+    sensors=[venue_registry_sensor],
+    schedules=[venue_refresh_schedule],
+    resources=build_resources(),
+)

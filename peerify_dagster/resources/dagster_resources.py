@@ -1,0 +1,95 @@
+"""Dagster resources and the Parquet IO manager that tie the plain classes to the asset graph."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import dagster as dg
+import polars as pl
+
+from peerify_dagster.domain.venues import Venue, load_registry
+from peerify_dagster.resources.lake import REPO_ROOT, Lake
+from peerify_dagster.resources.openreview import HttpPolicy, make_client
+
+DEFAULT_LAKE = os.environ.get("PEERIFY_LAKE", str(REPO_ROOT / "data_lake"))
+DEFAULT_REGISTRY = os.environ.get("PEERIFY_VENUES", str(REPO_ROOT / "venues.yaml"))
+
+
+def markdown_preview(frame: pl.DataFrame, rows: int = 5, width: int = 60) -> str:
+    """A small Markdown table of the first rows, long cells cut, for asset metadata."""
+    if frame.is_empty():
+        return "_(no rows)_"
+    head = frame.head(rows)
+    cells = [[str(v)[:width].replace("|", "\\|").replace("\n", " ") for v in row] for row in head.iter_rows()]
+    lines = ["| " + " | ".join(head.columns) + " |", "|" + "---|" * len(head.columns)]
+    lines += ["| " + " | ".join(row) + " |" for row in cells]
+    return "\n".join(lines)
+
+
+class LakeResource(dg.ConfigurableResource):
+    """Where the lake lives; PEERIFY_LAKE overrides the default `data_lake/`."""
+
+    root: str = DEFAULT_LAKE
+
+    def lake(self) -> Lake:
+        return Lake(self.root)
+
+
+class VenueRegistryResource(dg.ConfigurableResource):
+    """The venue registry file (venues.yaml); PEERIFY_VENUES points elsewhere."""
+
+    path: str = DEFAULT_REGISTRY
+
+    def venue(self, key: str) -> Venue:
+        registry = load_registry(Path(self.path))
+        if key not in registry:
+            raise dg.Failure(f"venue {key!r} is not in the registry {self.path}; add it with `peerify venues add`")
+        return registry[key]
+
+    def venue_keys(self) -> list[str]:
+        return list(load_registry(Path(self.path)))
+
+    def snapshot_dir(self, venue: Venue, lake: Lake) -> Path:
+        if venue.source == "snapshot":
+            return (Path(self.path).parent / venue.snapshot).resolve()
+        return lake.root / "snapshots" / venue.slug
+
+
+class OpenReviewResource(dg.ConfigurableResource):
+    """HTTP behaviour of the real openreview-py client; credentials come only from the environment."""
+
+    timeout_s: float = 60.0
+    retries: int = 6
+    backoff_s: float = 1.0
+
+    def client(self, api_url: str):
+        return make_client(api_url, HttpPolicy(timeout_s=self.timeout_s, retries=self.retries, backoff_s=self.backoff_s))
+
+
+class ParquetLakeIOManager(dg.ConfigurableIOManager):
+    """Stores each asset partition as `<lake>/<asset>/<partition>.parquet` and refreshes the catalog."""
+
+    root: str = DEFAULT_LAKE
+
+    def _partition(self, context) -> str | None:  # noqa: ANN001
+        return context.partition_key if context.has_partition_key else None
+
+    def handle_output(self, context: dg.OutputContext, obj: pl.DataFrame) -> None:
+        lake = Lake(self.root)
+        table = context.asset_key.path[-1]
+        path = lake.write_table(table, self._partition(context), obj)
+        lake.refresh_catalog()
+        context.add_output_metadata({
+            "dagster/row_count": obj.height,
+            "path": dg.MetadataValue.path(str(path)),
+            "preview": dg.MetadataValue.md(markdown_preview(obj)),
+            "dagster/column_schema": dg.TableSchema(
+                columns=[dg.TableColumn(name, str(dtype)) for name, dtype in obj.schema.items()]
+            ),
+        })
+
+    def load_input(self, context: dg.InputContext) -> pl.DataFrame:
+        table = context.asset_key.path[-1]
+        partition = context.asset_partition_key if context.has_asset_partitions else None
+        return Lake(self.root).read_table(table, partition)

@@ -1,0 +1,590 @@
+"""A loopback fake of the OpenReview API v2 that replays a crawl snapshot, with fault injection.
+
+The crawler talks to OpenReview through the real openreview-py client. Tests and benchmarks
+point that client's ``baseurl`` at this server, which answers the requests the client sends
+(``/groups``, ``/notes``, ``/notes/edits``, ``/pdf``, ``/references/pdf``, ``POST /login``)
+with the API v2 JSON shapes, built from a snapshot folder::
+
+    venue.json, submissions.json, forums/<forum_id>.json, pdfs/<forum_id>.pdf
+
+It can also be told to misbehave the way the live API and networks do (rate limits, 5xx
+bursts, truncated bodies, hangs, dropped connections) through ``FaultRule``s, so retry and
+timeout handling can be tested against real HTTP on 127.0.0.1. Standard library only.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import socket
+import sys
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+from urllib.parse import parse_qsl, urlsplit
+
+FAULT_ACTIONS = frozenset({"status", "retry_after", "malformed_json", "hang", "body", "drop"})
+
+# The real API's (and the client's) page size when a request gives no limit.
+DEFAULT_PAGE_LIMIT = 1000
+
+SORTABLE_NOTE_FIELDS = frozenset({"id", "number", "cdate", "tcdate", "mdate", "tmdate", "odate", "pdate"})
+
+LOGIN_PROFILE_ID = "~Test_User1"
+
+JSON_CONTENT_TYPE = "application/json; charset=utf-8"
+
+Note = dict[str, Any]
+
+# /notes query parameters that filter notes; each compares the parameter's text with a note.
+_NOTE_FILTERS: dict[str, Callable[[Note, str], bool]] = {
+    "id": lambda note, value: note.get("id") == value,
+    "forum": lambda note, value: note.get("forum") == value,
+    "replyto": lambda note, value: note.get("replyto") == value,
+    "invitation": lambda note, value: value in (note.get("invitations") or []),
+    "number": lambda note, value: str(note.get("number")) == value,
+}
+
+
+class SnapshotError(ValueError):
+    """The snapshot folder cannot be served; the message names each bad file and why."""
+
+
+class BadRequest(Exception):
+    """A request the real API would refuse with 400; the message says which parameter and why."""
+
+
+@dataclass
+class FaultRule:
+    """Which requests a fault hits and what the server does to them instead of answering normally.
+
+    ``action`` is one of:
+      * ``"status"``: answer ``status`` with a JSON error body;
+      * ``"retry_after"``: answer 429 with a ``Retry-After: <retry_after>`` header;
+      * ``"malformed_json"``: answer 200 with the normal body truncated to half, so it is not JSON;
+      * ``"hang"``: wait ``hang_seconds`` (or until the server stops), then answer normally;
+      * ``"body"``: answer 200 with ``body`` as ``content_type``;
+      * ``"drop"``: close the connection without answering.
+    ``params`` must all match the request's query exactly (empty matches any request to ``path``);
+    ``times`` is how many matching requests the rule affects, ``None`` for every one.
+    """
+
+    path: str
+    action: str
+    params: dict[str, str] = field(default_factory=dict)
+    times: int | None = 1
+    status: int = 500
+    retry_after: int = 1
+    hang_seconds: float = 5.0
+    body: bytes = b""
+    content_type: str = "application/json"
+
+    def __post_init__(self) -> None:
+        if self.action not in FAULT_ACTIONS:
+            raise ValueError(
+                f"FaultRule for {self.path}: unknown action {self.action!r}; expected one of {sorted(FAULT_ACTIONS)}"
+            )
+        if self.action == "status":
+            try:
+                HTTPStatus(self.status)
+            except ValueError:
+                raise ValueError(f"FaultRule for {self.path}: {self.status} is not an HTTP status code") from None
+        if self.times is not None and self.times < 1:
+            raise ValueError(f"FaultRule for {self.path}: times must be at least 1 or None, got {self.times}")
+
+    def matches(self, path: str, params: dict[str, str]) -> bool:
+        return path == self.path and all(params.get(name) == value for name, value in self.params.items())
+
+
+@dataclass(frozen=True)
+class RecordedRequest:
+    """One request as the server saw it. Headers and bodies are never kept, so no secret is."""
+
+    method: str
+    path: str
+    params: dict[str, str]
+    status: int | None  # None when the connection was dropped without an answer
+    fault: str | None = None  # the action of the fault rule that hit it, if any
+
+
+@dataclass
+class _ArmedFault:
+    rule: FaultRule
+    remaining: int | None
+
+
+@dataclass
+class _Reply:
+    status: int
+    body: bytes
+    content_type: str = JSON_CONTENT_TYPE
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+def _json_reply(payload: Any, status: int = HTTPStatus.OK) -> _Reply:
+    return _Reply(status, json.dumps(payload).encode("utf-8"))
+
+
+def _error_reply(status: int, message: str) -> _Reply:
+    """The API's error shape: {"name": "NotFoundError", "message": ..., "status": 404}."""
+    name = HTTPStatus(status).phrase.replace(" ", "").replace("-", "")
+    if not name.endswith("Error"):
+        name += "Error"
+    return _json_reply({"name": name, "message": message, "status": status}, status)
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise SnapshotError(f"{path}: file is missing") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise SnapshotError(f"{path}: not valid JSON ({error})") from None
+
+
+def _read_note_list(path: Path, document: Any) -> list[Note]:
+    notes = document.get("notes") if isinstance(document, dict) else None
+    if not isinstance(notes, list):
+        raise SnapshotError(f"{path}: expected an object with a 'notes' list")
+    for position, note in enumerate(notes):
+        if not isinstance(note, dict) or not isinstance(note.get("id"), str):
+            raise SnapshotError(f"{path}: notes[{position}] has no string 'id'")
+    return notes
+
+
+@dataclass
+class _Snapshot:
+    """The snapshot folder, indexed the ways the endpoints look things up."""
+
+    group: dict[str, Any]
+    notes_by_id: dict[str, Note]
+    forum_notes: dict[str, list[Note]]
+    forum_edits: dict[str, list[dict[str, Any]]]
+    forum_by_edit_id: dict[str, str]
+    pdf_dir: Path
+
+    @classmethod
+    def load(cls, snapshot_dir: Path) -> _Snapshot:
+        venue = _read_json(snapshot_dir / "venue.json")
+        group = venue.get("group") if isinstance(venue, dict) else None
+        if not isinstance(group, dict) or not isinstance(group.get("id"), str):
+            raise SnapshotError(f"{snapshot_dir / 'venue.json'}: expected a 'group' object with a string 'id'")
+
+        submissions_path = snapshot_dir / "submissions.json"
+        notes_by_id = {note["id"]: note for note in _read_note_list(submissions_path, _read_json(submissions_path))}
+
+        forum_notes: dict[str, list[Note]] = {}
+        forum_edits: dict[str, list[dict[str, Any]]] = {}
+        problems: list[str] = []
+        # Report every bad forum file at once rather than one per attempt.
+        for forum_path in sorted((snapshot_dir / "forums").glob("*.json")):
+            try:
+                document = _read_json(forum_path)
+                notes = _read_note_list(forum_path, document)
+                edits = document.get("edits", [])
+                if not isinstance(edits, list):
+                    raise SnapshotError(f"{forum_path}: 'edits' is not a list")
+            except SnapshotError as error:
+                problems.append(str(error))
+                continue
+            forum_id = document.get("forum_id") or forum_path.stem
+            forum_notes[forum_id] = notes
+            forum_edits[forum_id] = edits
+            # The forum file is authoritative over submissions.json.
+            notes_by_id.update((note["id"], note) for note in notes)
+        if problems:
+            raise SnapshotError("snapshot cannot be served:\n" + "\n".join(problems))
+
+        forum_by_edit_id = {
+            edit["id"]: forum_id
+            for forum_id, edits in forum_edits.items()
+            for edit in edits
+            if isinstance(edit, dict) and isinstance(edit.get("id"), str)
+        }
+        return cls(group, notes_by_id, forum_notes, forum_edits, forum_by_edit_id, snapshot_dir / "pdfs")
+
+    def pdf_path(self, forum_id: str) -> Path | None:
+        # Ids are file names here; anything with a separator would reach outside pdfs/.
+        if not forum_id or "/" in forum_id or "\\" in forum_id or forum_id.startswith("."):
+            return None
+        path = self.pdf_dir / f"{forum_id}.pdf"
+        return path if path.is_file() else None
+
+
+class _RequestHandler(BaseHTTPRequestHandler):
+    server: _LoopbackHTTPServer
+    protocol_version = "HTTP/1.1"  # keep-alive, as the client's connection pool expects
+    timeout = 30  # idle keep-alive connections give their thread back eventually
+
+    def setup(self) -> None:
+        super().setup()
+        self.server.track_connection(self.connection)
+
+    def finish(self) -> None:
+        self.server.untrack_connection(self.connection)
+        super().finish()
+
+    def do_GET(self) -> None:
+        self.server.fake._handle(self)
+
+    do_POST = do_PUT = do_DELETE = do_PATCH = do_GET
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Silent: FakeOpenReviewServer.requests is the log."""
+
+
+class _LoopbackHTTPServer(ThreadingHTTPServer):
+    daemon_threads = True
+    # The client fetches with up to 16 threads over a pool of 128; a backlog of 5 would make
+    # the kernel drop SYNs, and each dropped SYN costs the client a one-second retransmit.
+    request_queue_size = 128
+
+    def __init__(self, fake: FakeOpenReviewServer) -> None:
+        super().__init__(("127.0.0.1", 0), _RequestHandler)
+        self.fake = fake
+        self._open_connections: set[socket.socket] = set()
+        self._connections_lock = threading.Lock()
+
+    def track_connection(self, connection: socket.socket) -> None:
+        with self._connections_lock:
+            self._open_connections.add(connection)
+
+    def untrack_connection(self, connection: socket.socket) -> None:
+        with self._connections_lock:
+            self._open_connections.discard(connection)
+
+    def close_open_connections(self) -> None:
+        with self._connections_lock:
+            connections = list(self._open_connections)
+        for connection in connections:
+            try:
+                connection.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass  # already closed by the client
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client that timed out, or a connection closed by stop(), is expected; bugs are not.
+        if isinstance(sys.exc_info()[1], OSError):
+            return
+        super().handle_error(request, client_address)
+
+
+class FakeOpenReviewServer:
+    """Serves one snapshot folder as the OpenReview API v2 on 127.0.0.1, in a background thread.
+
+    Use as a context manager (or call start()/stop()); point
+    ``openreview.api.OpenReviewClient(baseurl=server.url)`` at it. ``page_size`` caps every
+    /notes page so tests can force the client to page. With ``require_auth`` every endpoint
+    but /login answers 403 unless the request carries a token that /login issued for
+    ``credentials``.
+    """
+
+    def __init__(
+        self,
+        snapshot_dir: Path,
+        faults: list[FaultRule] | tuple[FaultRule, ...] = (),
+        page_size: int | None = None,
+        credentials: tuple[str, str] | None = None,
+        require_auth: bool = False,
+    ) -> None:
+        if require_auth and credentials is None:
+            raise ValueError("require_auth=True needs credentials, or no request could ever be answered")
+        if page_size is not None and page_size < 1:
+            raise ValueError(f"page_size must be at least 1, got {page_size}")
+        self._snapshot = _Snapshot.load(Path(snapshot_dir))
+        self._page_size = page_size
+        self._credentials = credentials
+        self._require_auth = require_auth
+        self._lock = threading.Lock()
+        self._faults = [_ArmedFault(rule, rule.times) for rule in faults]
+        self._requests: list[RecordedRequest] = []
+        self._issued_tokens: set[str] = set()
+        self._stopping = threading.Event()
+        self._http_server: _LoopbackHTTPServer | None = None
+        self._serve_thread: threading.Thread | None = None
+        self._routes: dict[tuple[str, str], Callable[[dict[str, str], bytes], _Reply]] = {
+            ("GET", "/groups"): self._get_groups,
+            ("GET", "/notes"): self._get_notes,
+            ("GET", "/notes/edits"): self._get_note_edits,
+            ("GET", "/pdf"): self._get_pdf,
+            ("GET", "/references/pdf"): self._get_reference_pdf,
+            ("POST", "/login"): self._post_login,
+        }
+
+    # Lifecycle -------------------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        if self._http_server is None:
+            raise RuntimeError("FakeOpenReviewServer has no address until start() is called")
+        host, port = self._http_server.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def start(self) -> FakeOpenReviewServer:
+        if self._http_server is not None:
+            raise RuntimeError("FakeOpenReviewServer is already started")
+        self._stopping.clear()
+        self._http_server = _LoopbackHTTPServer(self)
+        self._serve_thread = threading.Thread(
+            # A short poll keeps stop() quick.
+            target=self._http_server.serve_forever, kwargs={"poll_interval": 0.05},
+            name="fake-openreview", daemon=True,
+        )
+        self._serve_thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._http_server is None:
+            return
+        self._stopping.set()  # wakes handlers sleeping in a "hang" fault
+        self._http_server.shutdown()
+        self._http_server.close_open_connections()
+        self._http_server.server_close()
+        assert self._serve_thread is not None
+        self._serve_thread.join()
+        self._http_server = None
+        self._serve_thread = None
+
+    def __enter__(self) -> FakeOpenReviewServer:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    # Faults and the request log -----------------------------------------------------------
+
+    def add_fault(self, rule: FaultRule) -> None:
+        with self._lock:
+            self._faults.append(_ArmedFault(rule, rule.times))
+
+    @property
+    def requests(self) -> list[RecordedRequest]:
+        """A copy of every request answered (or dropped) so far, in arrival order."""
+        with self._lock:
+            return list(self._requests)
+
+    def _take_fault(self, path: str, params: dict[str, str]) -> FaultRule | None:
+        with self._lock:
+            for armed in self._faults:
+                if armed.remaining != 0 and armed.rule.matches(path, params):
+                    if armed.remaining is not None:
+                        armed.remaining -= 1
+                    return armed.rule
+        return None
+
+    def _record(
+        self, method: str, path: str, params: dict[str, str], status: int | None, fault: FaultRule | None
+    ) -> None:
+        with self._lock:
+            self._requests.append(RecordedRequest(method, path, params, status, fault.action if fault else None))
+
+    # Request handling -------------------------------------------------------------------------
+
+    def _handle(self, handler: _RequestHandler) -> None:
+        method = handler.command
+        url = urlsplit(handler.path)
+        path = url.path.rstrip("/") or "/"
+        params = dict(parse_qsl(url.query, keep_blank_values=True))
+        body = handler.rfile.read(int(handler.headers.get("Content-Length") or 0))
+
+        fault = self._take_fault(path, params)
+        if fault is not None and fault.action == "drop":
+            handler.close_connection = True
+            self._record(method, path, params, None, fault)
+            return
+        if fault is not None and fault.action == "hang":
+            self._stopping.wait(fault.hang_seconds)
+
+        reply = self._faulty_reply(fault, method, path, params, body, handler.headers.get("Authorization"))
+        self._record(method, path, params, int(reply.status), fault)
+        handler.send_response(reply.status)
+        handler.send_header("Content-Type", reply.content_type)
+        handler.send_header("Content-Length", str(len(reply.body)))
+        for name, value in reply.headers.items():
+            handler.send_header(name, value)
+        handler.end_headers()
+        handler.wfile.write(reply.body)
+
+    def _faulty_reply(
+        self,
+        fault: FaultRule | None,
+        method: str,
+        path: str,
+        params: dict[str, str],
+        body: bytes,
+        authorization: str | None,
+    ) -> _Reply:
+        action = fault.action if fault is not None else None
+        if action == "status":
+            assert fault is not None
+            return _error_reply(fault.status, f"Injected fault: {method} {path} answered {fault.status}")
+        if action == "retry_after":
+            assert fault is not None
+            reply = _error_reply(HTTPStatus.TOO_MANY_REQUESTS, "Injected fault: too many requests")
+            reply.headers["Retry-After"] = str(fault.retry_after)
+            return reply
+        if action == "body":
+            assert fault is not None
+            return _Reply(HTTPStatus.OK, fault.body, fault.content_type)
+        reply = self._answer(method, path, params, body, authorization)
+        if action == "malformed_json":
+            # Cutting a JSON document in half always leaves it unterminated.
+            return _Reply(HTTPStatus.OK, reply.body[: len(reply.body) // 2], JSON_CONTENT_TYPE)
+        return reply
+
+    def _answer(self, method: str, path: str, params: dict[str, str], body: bytes, authorization: str | None) -> _Reply:
+        route = self._routes.get((method, path))
+        if route is None:
+            return _error_reply(HTTPStatus.NOT_FOUND, f"Cannot {method} {path}")
+        if self._require_auth and path != "/login" and not self._is_authorized(authorization):
+            return _error_reply(HTTPStatus.FORBIDDEN, "Forbidden: this server requires a token from POST /login")
+        try:
+            return route(params, body)
+        except BadRequest as error:
+            return _error_reply(HTTPStatus.BAD_REQUEST, str(error))
+
+    def _is_authorized(self, authorization: str | None) -> bool:
+        scheme, _, token = (authorization or "").partition(" ")
+        with self._lock:
+            return scheme == "Bearer" and token in self._issued_tokens
+
+    # Endpoints ------------------------------------------------------------------------------
+
+    def _post_login(self, params: dict[str, str], body: bytes) -> _Reply:
+        try:
+            login = json.loads(body or b"{}")
+        except json.JSONDecodeError:
+            raise BadRequest("POST /login: body is not JSON") from None
+        if not isinstance(login, dict):
+            raise BadRequest("POST /login: body must be a JSON object")
+        user = login.get("id")
+        if self._credentials is None or (user, login.get("password")) != self._credentials:
+            raise BadRequest(f"Invalid username or password for {user!r}")
+        token = secrets.token_urlsafe(24)
+        with self._lock:
+            self._issued_tokens.add(token)
+        return _json_reply({"token": token, "user": {"id": user, "profile": {"id": LOGIN_PROFILE_ID}}})
+
+    def _get_groups(self, params: dict[str, str], body: bytes) -> _Reply:
+        group = self._snapshot.group
+        if "id" in params:
+            if params["id"] != group["id"]:
+                return _error_reply(HTTPStatus.NOT_FOUND, f"Group Not Found: {params['id']}")
+            return _json_reply({"groups": [group]})
+        # get_group() asks for a prefix listing when a group has anonymous ids.
+        groups = [group] if group["id"].startswith(params.get("prefix", "")) else []
+        return _json_reply({"groups": groups})
+
+    def _get_notes(self, params: dict[str, str], body: bytes) -> _Reply:
+        filters = [(_NOTE_FILTERS[name], value) for name, value in params.items() if name in _NOTE_FILTERS]
+        matches = [
+            note for note in self._snapshot.notes_by_id.values() if all(keep(note, value) for keep, value in filters)
+        ]
+        if "id" in params and not matches:
+            return _error_reply(HTTPStatus.NOT_FOUND, f"The Note {params['id']} was not found")
+
+        sort_field, descending = _parse_sort(params.get("sort", "id"))
+        matches.sort(key=lambda note: _sort_key(note, sort_field), reverse=descending)
+        total = len(matches)
+        page = _after_cursor(matches, params["after"], sort_field, descending) if "after" in params else matches
+
+        offset = _parse_count("offset", params.get("offset", "0"))
+        limit = _parse_count("limit", params.get("limit", str(DEFAULT_PAGE_LIMIT)))
+        if self._page_size is not None:
+            limit = min(limit, self._page_size)
+        page = page[offset : offset + limit]
+
+        wanted_details = set(params.get("details", "").split(",")) & {"replies", "directReplies"}
+        payload: dict[str, Any] = {"notes": [self._with_details(note, wanted_details) for note in page]}
+        if params.get("count") == "true":
+            payload["count"] = total
+        return _json_reply(payload)
+
+    def _with_details(self, note: Note, wanted_details: set[str]) -> Note:
+        forum_id = note["id"]
+        if not wanted_details or note.get("forum") != forum_id:
+            return note
+        replies = [reply for reply in self._snapshot.forum_notes.get(forum_id, []) if reply["id"] != forum_id]
+        details = dict(note.get("details") or {})
+        if "replies" in wanted_details:
+            details["replies"] = replies
+        if "directReplies" in wanted_details:
+            details["directReplies"] = [reply for reply in replies if reply.get("replyto") == forum_id]
+        return {**note, "details": details}
+
+    def _get_note_edits(self, params: dict[str, str], body: bytes) -> _Reply:
+        note_id = params.get("note.id")
+        if not note_id:
+            raise BadRequest("GET /notes/edits: this server needs the 'note.id' parameter")
+        edits = self._snapshot.forum_edits.get(note_id, [])
+        return _json_reply({"edits": edits, "count": len(edits)})
+
+    def _get_pdf(self, params: dict[str, str], body: bytes) -> _Reply:
+        forum_id = _required(params, "id", "/pdf")
+        return self._pdf_reply(forum_id, f"PDF of note {forum_id} not found")
+
+    def _get_reference_pdf(self, params: dict[str, str], body: bytes) -> _Reply:
+        edit_id = _required(params, "id", "/references/pdf")
+        forum_id = self._snapshot.forum_by_edit_id.get(edit_id)
+        if forum_id is None:
+            return _error_reply(HTTPStatus.NOT_FOUND, f"Reference {edit_id} not found")
+        return self._pdf_reply(forum_id, f"PDF of reference {edit_id} (note {forum_id}) not found")
+
+    def _pdf_reply(self, forum_id: str, missing_message: str) -> _Reply:
+        path = self._snapshot.pdf_path(forum_id)
+        if path is None:
+            return _error_reply(HTTPStatus.NOT_FOUND, missing_message)
+        return _Reply(HTTPStatus.OK, path.read_bytes(), "application/pdf")
+
+
+def _required(params: dict[str, str], name: str, endpoint: str) -> str:
+    value = params.get(name)
+    if not value:
+        raise BadRequest(f"GET {endpoint}: missing the '{name}' parameter")
+    return value
+
+
+def _parse_count(name: str, text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise BadRequest(f"'{name}' must be a whole number, got {text!r}") from None
+    if value < 0:
+        raise BadRequest(f"'{name}' must not be negative, got {value}")
+    return value
+
+
+def _parse_sort(sort: str) -> tuple[str, bool]:
+    """'id', 'cdate:asc', 'cdate:desc' -> (field, descending)."""
+    sort_field, _, direction = sort.partition(":")
+    if sort_field not in SORTABLE_NOTE_FIELDS or direction not in ("", "asc", "desc"):
+        raise BadRequest(
+            f"unsupported sort {sort!r}; use one of {sorted(SORTABLE_NOTE_FIELDS)} with optional ':asc' or ':desc'"
+        )
+    return sort_field, direction == "desc"
+
+
+def _sort_key(note: Note, sort_field: str) -> tuple[Any, ...]:
+    if sort_field == "id":
+        return (note["id"],)
+    value = note.get(sort_field)
+    # Notes without the field sort last; the id breaks ties so pages are stable.
+    return (value is None, value if value is not None else 0, note["id"])
+
+
+def _after_cursor(ordered: list[Note], after: str, sort_field: str, descending: bool) -> list[Note]:
+    """The notes that come after the note with id ``after`` in ``ordered``."""
+    if sort_field == "id":
+        # An id cursor works even when that note is not (or no longer) in the result.
+        return [note for note in ordered if (note["id"] < after if descending else note["id"] > after)]
+    for position, note in enumerate(ordered):
+        if note["id"] == after:
+            return ordered[position + 1 :]
+    raise BadRequest(f"'after' must be the id of a note in the result when sorting by {sort_field}; {after!r} is not")
