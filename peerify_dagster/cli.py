@@ -45,7 +45,10 @@ def cmd_build(args: argparse.Namespace) -> int:
     instance = dg.DagsterInstance.get() if os.environ.get("DAGSTER_HOME") else dg.DagsterInstance.ephemeral()
     if not instance.has_dynamic_partition(venue_partitions.name, args.venue):
         instance.add_dynamic_partitions(venue_partitions.name, [args.venue])
-    run_config = {"ops": {"raw_openreview_notes": {"config": {"refetch": args.refetch}}}}
+    run_config = {
+        "ops": {"raw_openreview_notes": {"config": {"refetch": args.refetch}}},
+        "loggers": {"console": {"config": {"log_level": "INFO"}}},
+    }
     job = defs.resolve_job_def(build_venue_job.name)
     result = job.execute_in_process(
         partition_key=args.venue, instance=instance, run_config=run_config, raise_on_error=False
@@ -54,7 +57,7 @@ def cmd_build(args: argparse.Namespace) -> int:
     columns, rows = venue_summary(lake, args.venue)
     print(f"\nVenue {args.venue}: tables in {lake.root} (catalog {lake.catalog_path.name})\n")
     print(_format_table(columns, rows))
-    checks = [e.asset_check_evaluation_data for e in result.all_events if e.is_asset_check_evaluation]
+    checks = result.get_asset_check_evaluations()
     failed = [f"{c.asset_key.to_user_string()}:{c.check_name}" for c in checks if not c.passed]
     print(f"\nasset checks: {len(checks) - len(failed)} passed, {len(failed)} failed {failed if failed else ''}")
     if not result.success:

@@ -1,0 +1,214 @@
+"""The ingestion assets end to end: the sample venue replayed from its snapshot, and a live-style crawl with the
+real openreview-py client against the loopback API server (with injected faults), into temporary lakes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import dagster as dg
+import polars as pl
+import pytest
+
+from assets import forum_tables, ingestion, manuscript_pdfs
+from peerify_dagster.definitions import build_resources, defs
+from peerify_dagster.partitions import venue_partitions
+from peerify_dagster.resources.dagster_resources import OpenReviewResource, VenueRegistryResource
+from peerify_dagster.resources.lake import Lake
+from peerify_dagster.resources.openreview import SnapshotReader
+from peerify_dagster.testing.openreview_server import FakeOpenReviewServer, FaultRule
+
+SAMPLE = Path(__file__).resolve().parents[1] / "peerify_dagster" / "sample_venue" / "snapshot"
+ASSETS = dg.load_assets_from_modules([ingestion, forum_tables, manuscript_pdfs])
+TABLES = [
+    "paper_sample", "raw_openreview_notes", "forum_crawl_log", "submissions", "reviews", "author_responses",
+    "reviewer_followups", "decisions", "meta_reviews", "review_threads", "note_errors", "manuscript_pdfs",
+    "ingest_errors",
+]
+
+
+def write_registry(folder: Path, key: str, **entry) -> Path:
+    path = folder / "venues.yaml"
+    lines = ["venues:", f"  {key}:"] + [f"    {k}: {json.dumps(v)}" for k, v in entry.items()]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def materialise(key: str, registry: Path, lake_root: Path, instance: dg.DagsterInstance,
+                openreview: OpenReviewResource | None = None, refetch: bool = False) -> dg.ExecuteInProcessResult:
+    if not instance.has_dynamic_partition(venue_partitions.name, key):
+        instance.add_dynamic_partitions(venue_partitions.name, [key])
+    resources = build_resources(str(lake_root), venue_registry=VenueRegistryResource(path=str(registry)),
+                                openreview=openreview or OpenReviewResource())
+    return dg.materialize(
+        ASSETS, instance=instance, partition_key=key, resources=resources, raise_on_error=False,
+        run_config={"ops": {"raw_openreview_notes": {"config": {"refetch": refetch}}}},
+    )
+
+
+def sample_forums() -> dict[str, dict]:
+    return {p.stem: json.loads(p.read_text()) for p in sorted((SAMPLE / "forums").glob("*.json"))}
+
+
+def count_invitation(suffix: str) -> int:
+    return sum(
+        1 for f in sample_forums().values() for note in f["notes"]
+        if any(i.endswith(f"/-/{suffix}") for i in note["invitations"])
+    )
+
+
+def failed_checks(result: dg.ExecuteInProcessResult) -> list[str]:
+    evaluations = result.get_asset_check_evaluations()
+    assert evaluations, "no asset checks ran"
+    return [f"{c.asset_key.to_user_string()}:{c.check_name}" for c in evaluations if not c.passed]
+
+
+@pytest.fixture(scope="module")
+def sample_build(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("sample")
+    registry = write_registry(tmp, "sample", openreview_id="PeerifySample.cc/2026/Workshop", source="snapshot",
+                              snapshot=str(SAMPLE), seed=20260110)
+    lake_root = tmp / "lake"
+    instance = dg.DagsterInstance.ephemeral()
+    first = materialise("sample", registry, lake_root, instance)
+    snapshot_first = {t: Lake(lake_root).read_table(t, "sample") for t in TABLES}
+    second = materialise("sample", registry, lake_root, instance)
+    return first, second, snapshot_first, Lake(lake_root)
+
+
+def test_definitions_load():
+    job = defs.resolve_job_def("build_venue")
+    assert job.partitions_def == venue_partitions
+    keys = {k.to_user_string() for k in defs.resolve_asset_graph().get_all_asset_keys()}
+    assert set(TABLES) <= keys
+
+
+def test_sample_venue_materialises_every_table(sample_build):
+    first, _, tables, lake = sample_build
+    assert first.success
+    assert failed_checks(first) == []
+    forums = sample_forums()
+    submissions = json.loads((SAMPLE / "submissions.json").read_text())["notes"]
+    assert tables["paper_sample"].height == len(submissions)
+    assert tables["submissions"].height == len(forums)
+    assert tables["reviews"].height == count_invitation("Official_Review")
+    assert tables["decisions"].height == count_invitation("Decision")
+    assert tables["meta_reviews"].height == count_invitation("Meta_Review")
+    assert tables["raw_openreview_notes"].height == sum(len(f["notes"]) for f in forums.values())
+    assert tables["review_threads"].height == tables["reviews"].height
+    # NeurIPS-style rebuttals (field `rebuttal`) are not lost, and follow-ups are not reviews.
+    assert (tables["author_responses"]["kind"] == "rebuttal").sum() == count_invitation("Rebuttal")
+    assert tables["reviewer_followups"].height > 0
+    assert not set(tables["reviewer_followups"]["comment_id"]) & set(tables["reviews"]["review_id"])
+    assert tables["submissions"]["withdrawn"].sum() == 1
+    assert (tables["review_threads"]["n_author_responses"] > 0).sum() >= tables["reviews"].height - 3
+
+
+def test_sample_pdfs_and_errors(sample_build):
+    _, _, tables, lake = sample_build
+    pdfs = tables["manuscript_pdfs"]
+    present = {p.stem for p in (SAMPLE / "pdfs").glob("*.pdf")}
+    ok = pdfs.filter(pl.col("status") == "ok")
+    assert set(ok["paper_id"]) == present
+    assert (ok["version"] == "under_review").all()
+    for row in ok.iter_rows(named=True):
+        stored = lake.root / row["lake_path"]
+        assert stored.read_bytes() == (SAMPLE / "pdfs" / f"{row['paper_id']}.pdf").read_bytes()
+        assert row["pages"] >= 3
+    missing = pdfs.filter(pl.col("status") != "ok")
+    assert missing.height == 1 and missing["reason"][0] == "missing_pdf"
+    errors = tables["ingest_errors"]
+    assert errors.filter(pl.col("stage") == "pdf")["forum_id"].to_list() == missing["paper_id"].to_list()
+
+
+def test_rematerialising_is_idempotent(sample_build):
+    _, second, first_tables, lake = sample_build
+    assert second.success
+    for table, frame in first_tables.items():
+        again = lake.read_table(table, "sample")
+        if table == "forum_crawl_log":
+            frame, again = frame.drop("seconds"), again.drop("seconds")
+        assert again.equals(frame), table
+        assert len(list((lake.root / table).glob("*.parquet"))) == 1
+
+
+def test_catalog_views_match_the_lake(sample_build):
+    _, _, tables, lake = sample_build
+    for table in TABLES:
+        _, rows = lake.query(f'select count(*) from "{table}"')
+        assert rows[0][0] == tables[table].height, table
+    _, rows = lake.query("select count(*) from review_threads t join reviews r using (review_id)")
+    assert rows[0][0] == tables["reviews"].height
+
+
+# --- live-style crawl through the real client -------------------------------------------------------
+
+
+def test_crawl_with_faults_then_resume(tmp_path):
+    forums = sorted(sample_forums())
+    assert len(forums) >= 4
+    with_pdf = sorted(p.stem for p in (SAMPLE / "pdfs").glob("*.pdf"))
+    rate_limited, broken, malformed = forums[0], forums[1], forums[2]
+    hanging_pdf, not_a_pdf = [f for f in with_pdf if f not in (broken, malformed)][:2]
+    faults = [
+        FaultRule(path="/notes", params={"forum": rate_limited}, action="retry_after", retry_after=0, times=2),
+        FaultRule(path="/notes", params={"forum": broken}, action="status", status=500, times=3),
+        FaultRule(path="/notes", params={"forum": malformed}, action="malformed_json", times=1),
+        FaultRule(path="/references/pdf", params={"id": _edit_id(hanging_pdf)}, action="hang", hang_seconds=3, times=3),
+        FaultRule(path="/references/pdf", params={"id": _edit_id(not_a_pdf)}, action="body", body=b"<html>nope</html>",
+                  content_type="application/pdf", times=1),
+    ]
+    registry = write_registry(tmp_path, "PeerifySample.cc/2026/Workshop", source="api", seed=20260110)
+    lake_root = tmp_path / "lake"
+    client_policy = OpenReviewResource(timeout_s=1.0, retries=2, backoff_s=0.01)
+    instance = dg.DagsterInstance.ephemeral()
+    key = "PeerifySample.cc/2026/Workshop"
+    with FakeOpenReviewServer(SAMPLE, faults=faults, page_size=3) as server:
+        registry.write_text(registry.read_text() + f"    api_url: {json.dumps(server.url)}\n")
+        first = materialise(key, registry, lake_root, instance, client_policy)
+        assert first.success
+        lake = Lake(lake_root)
+        errors = lake.read_table("ingest_errors", key)
+        by_forum = {(r["stage"], r["forum_id"]): r["reason"] for r in errors.iter_rows(named=True)}
+        assert by_forum[("crawl", broken)] == "http_500"
+        assert by_forum[("crawl", malformed)] == "malformed_json"
+        assert by_forum[("pdf", hanging_pdf)] == "timeout"
+        assert by_forum[("pdf", not_a_pdf)] == "not_a_pdf"
+        assert ("crawl", rate_limited) not in by_forum  # the 429 burst was ridden through
+        submissions = lake.read_table("submissions", key)
+        assert set(submissions["paper_id"]) == set(forums) - {broken, malformed}
+        landed = SnapshotReader(lake_root / "snapshots" / key.replace("/", "__"))
+        by_id = lambda notes: sorted(notes, key=lambda n: n["id"])  # noqa: E731 - the API pages in id order
+        assert by_id(landed.forum(rate_limited).notes) == by_id(sample_forums()[rate_limited]["notes"])
+
+        before = len(server.requests)
+        second = materialise(key, registry, lake_root, instance, client_policy)
+        assert second.success
+        forum_requests = [r for r in server.requests[before:] if r.path == "/notes" and "forum" in r.params]
+        assert {r.params["forum"] for r in forum_requests} == {broken, malformed}  # stored forums are not re-fetched
+        assert lake.read_table("submissions", key).height == len(forums)
+        assert lake.read_table("ingest_errors", key).filter(pl.col("stage") == "crawl").height == 0
+        pdf_rows = lake.read_table("manuscript_pdfs", key)
+        assert set(pdf_rows.filter(pl.col("status") == "ok")["paper_id"]) == set(with_pdf)
+
+
+def _edit_id(forum_id: str) -> str:
+    return json.loads((SAMPLE / "pdfs" / f"{forum_id}.json").read_text())["edit_id"]
+
+
+def test_partition_write_is_atomic(tmp_path):
+    lake = Lake(tmp_path)
+    good = pl.DataFrame({"venue": ["v"], "x": [1]})
+    lake.write_table("t", "v", good)
+    with pytest.raises(Exception):
+        lake.write_table("t", "v", pl.DataFrame({"venue": ["v"], "x": [object()]}, schema={"venue": pl.String, "x": pl.Object}))
+    assert lake.read_table("t", "v").equals(good)
+    assert [p.name for p in (tmp_path / "t").iterdir()] == ["v.parquet"]
+
+
+def test_unregistered_venue_fails_clearly(tmp_path):
+    registry = write_registry(tmp_path, "sample", source="snapshot", snapshot=str(SAMPLE), seed=1)
+    result = materialise("Nope.cc/2026", registry, tmp_path / "lake", dg.DagsterInstance.ephemeral())
+    assert not result.success
+    failure = [e for e in result.all_events if e.is_step_failure][0]
+    assert "Nope.cc/2026" in str(failure.event_specific_data.error)

@@ -1,0 +1,119 @@
+"""The venue registry, the `peerify` command, credentials from the environment, and the venue sensor."""
+
+from __future__ import annotations
+
+import datetime
+import json
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from peerify_dagster import cli
+from peerify_dagster.definitions import venue_registry_sensor, venue_refresh_schedule
+from peerify_dagster.domain.venues import RegistryError, Venue, add_venue, load_registry
+from peerify_dagster.partitions import venue_partitions
+from peerify_dagster.resources.dagster_resources import VenueRegistryResource
+from peerify_dagster.resources.openreview import HttpPolicy, OpenReviewCrawler, make_client
+from peerify_dagster.testing.openreview_server import FakeOpenReviewServer
+
+REPO = Path(__file__).resolve().parents[1]
+SAMPLE = REPO / "peerify_dagster" / "sample_venue" / "snapshot"
+
+
+def test_repository_registry_lists_the_required_venues():
+    registry = load_registry(REPO / "venues.yaml")
+    assert {"sample", "ICLR.cc/2024/Conference", "NeurIPS.cc/2024/Conference"} <= set(registry)
+    assert registry["sample"].source == "snapshot"
+    assert all(isinstance(v.seed, int) for v in registry.values())
+
+
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        ("source: ftp\n    seed: 1", "source must be one of"),
+        ("source: api", "integer 'seed' is required"),
+        ("source: snapshot\n    seed: 1", "needs a 'snapshot' folder"),
+        ("seed: 1\n    sample_size: 0", "sample_size must be a positive integer"),
+        ("seed: 1\n    colour: blue", "unknown field"),
+    ],
+)
+def test_registry_errors_name_the_venue(tmp_path, entry, message):
+    path = tmp_path / "venues.yaml"
+    path.write_text(f"venues:\n  Bad.cc/2026:\n    {entry}\n")
+    with pytest.raises(RegistryError, match=message) as info:
+        load_registry(path)
+    assert "Bad.cc/2026" in str(info.value)
+
+
+def test_add_venue_appends_and_refuses_duplicates(tmp_path):
+    path = tmp_path / "venues.yaml"
+    path.write_text((REPO / "venues.yaml").read_text())
+    add_venue(path, Venue(key="ICML.cc/2024/Conference", openreview_id="ICML.cc/2024/Conference", source="api",
+                          seed=7, sample_size=50))
+    registry = load_registry(path)
+    assert registry["ICML.cc/2024/Conference"].sample_size == 50
+    assert "# Venue registry" in path.read_text()  # comments are kept
+    with pytest.raises(RegistryError, match="already registered"):
+        add_venue(path, registry["ICML.cc/2024/Conference"])
+
+
+def test_cli_venues_add_and_sql(tmp_path, monkeypatch, capsys):
+    registry = tmp_path / "venues.yaml"
+    registry.write_text("venues:\n")
+    monkeypatch.setattr(cli, "DEFAULT_REGISTRY", str(registry))
+    assert cli.main(["venues", "add", "TMLR", "--seed", "3", "--sample-size", "10"]) == 0
+    assert cli.main(["venues", "add", "TMLR", "--seed", "3"]) == 2
+    assert "already registered" in capsys.readouterr().err
+    cli.main(["venues", "list"])
+    assert "TMLR" in capsys.readouterr().out
+
+    lake = tmp_path / "lake"
+    monkeypatch.setattr(cli, "DEFAULT_LAKE", str(lake))
+    assert cli.main(["sql", "select 41 + 1 as answer"]) == 0
+    assert "42" in capsys.readouterr().out
+    assert cli.main(["sql", "select * from no_such_table"]) == 1
+    assert "no_such_table" in capsys.readouterr().err
+
+
+def test_credentials_come_from_the_environment_and_are_not_logged(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("OPENREVIEW_USERNAME", "maintainer@example.org")
+    monkeypatch.setenv("OPENREVIEW_PASSWORD", "s3cret-pass")
+    logs: list[str] = []
+    with FakeOpenReviewServer(SAMPLE, credentials=("maintainer@example.org", "s3cret-pass"), require_auth=True) as server:
+        client = make_client(server.url, HttpPolicy(timeout_s=5, retries=1, backoff_s=0.01))
+        venue_id = json.loads((SAMPLE / "venue.json").read_text())["venue_id"]
+        crawler = OpenReviewCrawler(client, venue_id, tmp_path / "snap", log=logs.append)
+        notes = crawler.land_submissions()
+        assert notes and crawler.land_forum(notes[0]["id"]).status == "fetched"
+        assert any(r.path == "/login" for r in server.requests)
+    written = "".join(p.read_text(errors="ignore") for p in (tmp_path / "snap").rglob("*.json"))
+    captured = capsys.readouterr()
+    for text in (written, captured.out, captured.err, "\n".join(logs)):
+        assert "s3cret-pass" not in text
+
+
+def test_sensor_adds_only_new_venues(tmp_path):
+    registry = tmp_path / "venues.yaml"
+    registry.write_text("venues:\n  A.cc/2026:\n    seed: 1\n  B.cc/2026:\n    seed: 2\n")
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions(venue_partitions.name, ["A.cc/2026"])
+    context = dg.build_sensor_context(instance=instance, resources={"venue_registry": VenueRegistryResource(path=str(registry))})
+    result = venue_registry_sensor(context)
+    assert [r.partition_key for r in result.run_requests] == ["B.cc/2026"]
+    assert result.dynamic_partitions_requests[0].partition_keys == ["B.cc/2026"]
+
+
+def test_refresh_schedule_refetches_known_venues(tmp_path):
+    registry = tmp_path / "venues.yaml"
+    registry.write_text("venues:\n  A.cc/2026:\n    seed: 1\n  New.cc/2026:\n    seed: 2\n")
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions(venue_partitions.name, ["A.cc/2026"])
+        context = dg.build_schedule_context(
+            instance=instance, scheduled_execution_time=datetime.datetime(2026, 11, 30, 3),
+            resources={"venue_registry": VenueRegistryResource(path=str(registry))},
+        )
+        requests = venue_refresh_schedule(context)
+    assert [r.partition_key for r in requests] == ["A.cc/2026"]
+    assert requests[0].run_config["ops"]["raw_openreview_notes"]["config"]["refetch"] is True
+    assert venue_refresh_schedule.default_status == dg.DefaultScheduleStatus.STOPPED
