@@ -9,6 +9,8 @@ export DAGSTER_HOME := $(CURDIR)/.dagster_home
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
+	# CPU torch first, so nothing below pulls a multi-GB CUDA build
+	$(PY) -m pip install -q torch==2.13.0
 	$(PY) -m pip install -q -e ".[dev]"
 	touch $@
 

@@ -12,7 +12,7 @@ from peerify_dagster.resources.openreview import write_atomic
 
 PDF_SCHEMA = {
     "venue": pl.String, "paper_id": pl.String, "status": pl.String, "reason": pl.String, "message": pl.String,
-    "sha256": pl.String, "size_bytes": pl.Int64, "pages": pl.Int64, "version": pl.String, "edit_id": pl.String,
+    "sha256": pl.String, "size_bytes": pl.Int64, "pages": pl.Int64, "encrypted": pl.Boolean, "version": pl.String, "edit_id": pl.String,
     "source_url": pl.String, "lake_path": pl.String,
 }
 
@@ -34,7 +34,8 @@ def manuscript_pdfs(
 ) -> pl.DataFrame:
     """One row per chosen paper: its PDF stored under `<lake>/pdfs/<sha256>.pdf` with size, page count, source url and
     which version it is (`under_review`: the last version before the first review; `latest` otherwise), or the reason
-    there is none (missing, not a PDF, truncated, unreadable)."""
+    there is none (missing, not a PDF, truncated, unreadable). Encrypted or zero-page PDFs are stored as served;
+    parsing records why they yield no text."""
     venue_key = context.partition_key
     crawler, reader = crawler_for(context, venue_registry, lake, openreview)
     store = lake.lake().root / "pdfs"
@@ -58,6 +59,7 @@ def manuscript_pdfs(
                 if not path.exists():
                     write_atomic(path, data)
                 row.update(status="ok", sha256=info.sha256, size_bytes=info.size_bytes, pages=info.pages,
+                           encrypted=info.encrypted,
                            version=meta.get("version"), edit_id=meta.get("edit_id"),
                            source_url=meta.get("source_url"), lake_path=f"pdfs/{info.sha256}.pdf")
         if row["status"] != "ok":

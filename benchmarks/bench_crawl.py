@@ -22,40 +22,7 @@ sys.path.insert(0, str(REPO))
 
 from peerify_dagster.resources.openreview import HttpPolicy, OpenReviewCrawler, make_client  # noqa: E402
 from peerify_dagster.testing.openreview_server import FakeOpenReviewServer  # noqa: E402
-
-SAMPLE = REPO / "peerify_dagster" / "sample_venue" / "snapshot"
-
-
-def _rename(obj, mapping: dict[str, str]):
-    text = json.dumps(obj)
-    for old, new in mapping.items():
-        text = text.replace(old, new)
-    return json.loads(text)
-
-
-def synthetic_venue(target: Path, n_forums: int) -> int:
-    """Clone sample forums (ids rewritten) into `target`; returns the number of notes."""
-    forums = sorted((SAMPLE / "forums").glob("*.json"))
-    (target / "forums").mkdir(parents=True)
-    (target / "pdfs").mkdir()
-    (target / "venue.json").write_text((SAMPLE / "venue.json").read_text())
-    submissions, notes = [], 0
-    for i in range(n_forums):
-        source = forums[i % len(forums)]
-        record = json.loads(source.read_text())
-        ids = {note["id"] for note in record["notes"]} | {e["id"] for e in record.get("edits", [])}
-        mapping = {old: f"{old[:4]}{i:06d}" for old in ids}
-        clone = _rename(record, mapping)
-        new_forum = mapping[source.stem]
-        clone["forum_id"] = new_forum
-        (target / "forums" / f"{new_forum}.json").write_text(json.dumps(clone))
-        submissions.append(next(n for n in clone["notes"] if n["id"] == new_forum))
-        notes += len(clone["notes"])
-        pdf = SAMPLE / "pdfs" / f"{source.stem}.pdf"
-        if pdf.exists():
-            (target / "pdfs" / f"{new_forum}.pdf").write_bytes(pdf.read_bytes())
-    (target / "submissions.json").write_text(json.dumps({"fetched_at": 0, "notes": submissions}))
-    return notes
+from synthetic_venue import synthetic_venue  # noqa: E402
 
 
 def main() -> None:

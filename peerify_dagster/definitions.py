@@ -3,17 +3,20 @@
 
 import dagster as dg
 
-from assets import forum_tables, ingestion, manuscript_pdfs
+from assets import embeddings, forum_tables, ingestion, manuscript_pdfs, manuscripts, retrieval
 from peerify_dagster.partitions import venue_partitions
 from peerify_dagster.resources.dagster_resources import (
     DEFAULT_LAKE,
+    DocumentParserResource,
+    EmbeddingResource,
     LakeResource,
     OpenReviewResource,
     ParquetLakeIOManager,
+    RetrievalResource,
     VenueRegistryResource,
 )
 
-all_assets = dg.load_assets_from_modules([ingestion, forum_tables, manuscript_pdfs])
+all_assets = dg.load_assets_from_modules([ingestion, forum_tables, manuscript_pdfs, manuscripts, embeddings, retrieval])
 
 build_venue_job = dg.define_asset_job(
     "build_venue",
@@ -55,6 +58,9 @@ def build_resources(lake_root: str = DEFAULT_LAKE, **overrides) -> dict:
         "lake": LakeResource(root=lake_root),
         "venue_registry": VenueRegistryResource(),
         "openreview": OpenReviewResource(),
+        "document_parser": DocumentParserResource(),
+        "embedding_model": EmbeddingResource(),
+        "retrieval": RetrievalResource(),
     }
     resources.update(overrides)
     return resources

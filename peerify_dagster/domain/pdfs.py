@@ -26,21 +26,29 @@ class PdfProblem(ValueError):
 class PdfInfo:
     sha256: str
     size_bytes: int
-    pages: int
+    pages: int | None  # None when encryption hides the page tree
+    encrypted: bool
 
 
 def inspect_pdf(data: bytes, label: str) -> PdfInfo:
-    """Validate PDF bytes and count pages; `label` names the paper in error messages."""
+    """Check that bytes are a whole PDF and count its pages; `label` names the paper in error messages.
+
+    Only transport-level damage is rejected here (empty, not a PDF, truncated, unreadable): those are
+    worth fetching again. Encrypted, zero-page or image-only PDFs are what the venue serves; they are
+    stored, and the parsing stage records why they yield no text.
+    """
     if not data:
         raise PdfProblem("empty_pdf", f"{label}: PDF is empty (0 bytes)")
     if not data.lstrip()[:5] == b"%PDF-":
         raise PdfProblem("not_a_pdf", f"{label}: bytes are not a PDF (start {data[:16]!r})")
     if b"%%EOF" not in data[-2048:]:
         raise PdfProblem("truncated_pdf", f"{label}: PDF is truncated (no %%EOF marker at the end, {len(data)} bytes)")
+    digest = hashlib.sha256(data).hexdigest()
     try:
-        pages = len(PdfReader(io.BytesIO(data), strict=False).pages)
+        reader = PdfReader(io.BytesIO(data), strict=False)
+        if reader.is_encrypted and not reader.decrypt(""):
+            return PdfInfo(sha256=digest, size_bytes=len(data), pages=None, encrypted=True)
+        pages = len(reader.pages)
     except (PdfReadError, ValueError, KeyError, TypeError) as exc:
         raise PdfProblem("corrupt_pdf", f"{label}: PDF cannot be read ({exc})") from exc
-    if pages == 0:
-        raise PdfProblem("zero_pages", f"{label}: PDF has no pages")
-    return PdfInfo(sha256=hashlib.sha256(data).hexdigest(), size_bytes=len(data), pages=pages)
+    return PdfInfo(sha256=digest, size_bytes=len(data), pages=pages, encrypted=reader.is_encrypted)

@@ -28,6 +28,7 @@ class Venue:
     sample_size: int | None = None
     api_url: str = DEFAULT_API_URL
     snapshot: str | None = None  # folder for source=snapshot, relative to the registry file
+    gold_claims: str | None = None  # claim answer key (YAML) with gold evidence, relative to the registry file
 
     @property
     def slug(self) -> str:

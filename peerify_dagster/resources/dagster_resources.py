@@ -93,3 +93,45 @@ class ParquetLakeIOManager(dg.ConfigurableIOManager):
         table = context.asset_key.path[-1]
         partition = context.asset_partition_key if context.has_asset_partitions else None
         return Lake(self.root).read_table(table, partition)
+
+
+class DocumentParserResource(dg.ConfigurableResource):
+    """Docling settings. With `artifacts_path` (or PEERIFY_DOCLING_ARTIFACTS) pointing at locally downloaded
+    Docling models, the full layout pipeline is used; without, the model-free native pipeline plus the
+    project's own structure recovery."""
+
+    artifacts_path: str | None = os.environ.get("PEERIFY_DOCLING_ARTIFACTS") or None
+
+    def parser(self):
+        from peerify_dagster.resources.document_parser import DocumentParser
+
+        return DocumentParser(artifacts_path=self.artifacts_path)
+
+
+class EmbeddingResource(dg.ConfigurableResource):
+    """Sentence-embedding model: None = the packaged all-MiniLM-L6-v2 (offline); else a name or local path
+    (PEERIFY_EMBEDDING_MODEL). Vectors are cached by text hash under `<lake>/embedding_cache/`."""
+
+    model: str | None = os.environ.get("PEERIFY_EMBEDDING_MODEL") or None
+    batch_size: int = 32
+
+    def cache(self, lake: Lake):
+        from peerify_dagster.resources.embedder import Embedder, EmbeddingCache
+
+        return EmbeddingCache(lake.root / "embedding_cache", Embedder(self.model, batch_size=self.batch_size))
+
+
+class RetrievalResource(dg.ConfigurableResource):
+    """Which retrieval configurations run, how deep, and the local cross-encoder for the reranked ones
+    (PEERIFY_RERANKER_PATH; no package ships reranker weights, so they are unavailable without it)."""
+
+    retrievers: list[str] = ["bm25", "dense", "hybrid", "bm25+rerank", "dense+rerank", "hybrid+rerank"]
+    k: int = 10
+    reranker_path: str | None = os.environ.get("PEERIFY_RERANKER_PATH") or None
+
+    def reranker(self):
+        if not self.reranker_path:
+            return None
+        from peerify_dagster.resources.reranker import CrossEncoderReranker
+
+        return CrossEncoderReranker(self.reranker_path)

@@ -1,0 +1,100 @@
+"""Stage 4, retrieval: evidence retrieval for claims, restricted to each claim's own manuscript, and its metrics."""
+
+from pathlib import Path
+
+import dagster as dg
+import numpy as np
+import polars as pl
+
+from peerify_dagster.domain.gold_evidence import gold_chunk_ids, load_claim_key
+from peerify_dagster.domain.retrieval import RUN_COLUMNS, PaperIndex, build_retrievers, retrieve_claims
+from peerify_dagster.domain.retrieval_metrics import evaluate_runs
+from peerify_dagster.partitions import venue_partitions
+from peerify_dagster.resources.dagster_resources import (
+    EmbeddingResource,
+    LakeResource,
+    RetrievalResource,
+    VenueRegistryResource,
+)
+RETRIEVAL_CODE_VERSION = "retrieval-v1"
+
+QUERY_SCHEMA = {
+    "venue": pl.String, "claim_id": pl.String, "paper_id": pl.String, "review_id": pl.String,
+    "claim_text": pl.String, "kind": pl.String, "manuscript_label": pl.String, "rebuttal_label": pl.String,
+    "evidence_section": pl.String, "evidence_sentence": pl.String,
+}
+RUN_SCHEMA = {
+    "venue": pl.String, "claim_id": pl.String, "paper_id": pl.String, "retriever": pl.String, "rank": pl.Int64,
+    "chunk_id": pl.String, "score": pl.Float64, "status": pl.String, "error": pl.String,
+}
+METRIC_SCHEMA = {
+    "venue": pl.String, "retriever": pl.String, "status": pl.String, "reason": pl.String, "n_claims": pl.Int64,
+    "n_claims_without_gold": pl.Int64, "recall@1": pl.Float64, "recall@5": pl.Float64, "recall@10": pl.Float64,
+    "ndcg@10": pl.Float64, "mrr@10": pl.Float64,
+}
+
+
+@dg.asset(partitions_def=venue_partitions, group_name="retrieval", kinds={"python", "parquet"},
+          code_version=RETRIEVAL_CODE_VERSION)
+def retrieval_queries(context: dg.AssetExecutionContext, venue_registry: VenueRegistryResource) -> pl.DataFrame:
+    """Claims to retrieve evidence for: (claim id, paper id, claim text), with gold evidence sentences where the
+    venue has an answer key (`gold_claims` in venues.yaml). Empty for venues without one."""
+    venue = venue_registry.venue(context.partition_key)
+    rows = []
+    if venue.gold_claims:
+        rows = load_claim_key(Path(venue_registry.path).parent / venue.gold_claims)
+    return pl.DataFrame([{"venue": venue.key, **r} for r in rows], schema=QUERY_SCHEMA)
+
+
+@dg.asset(partitions_def=venue_partitions, group_name="retrieval", kinds={"python", "parquet"},
+          code_version=RETRIEVAL_CODE_VERSION)
+def retrieval_runs(context: dg.AssetExecutionContext, retrieval_queries: pl.DataFrame, chunks: pl.DataFrame,
+                   chunk_embeddings: pl.DataFrame, lake: LakeResource, embedding_model: EmbeddingResource,
+                   retrieval: RetrievalResource) -> pl.DataFrame:
+    """For every claim and every available retrieval configuration: the top-k chunk ids of the claim's own
+    manuscript with scores. A claim whose paper has no chunks gets an explicit `no_chunks` row."""
+    retrievers, unavailable = build_retrievers(retrieval.retrievers, reranker=retrieval.reranker())
+    for name, reason in unavailable.items():
+        context.log.warning(f"retriever {name} unavailable: {reason}")
+    vectors = chunk_embeddings.select("chunk_id", "embedding")
+    joined = chunks.select("paper_id", "chunk_id", "text", "order").join(vectors, on="chunk_id", how="left")
+
+    def load_index(paper_id: str) -> PaperIndex | None:
+        # One paper at a time: no venue-wide matrix is ever held.
+        paper = joined.filter(pl.col("paper_id") == paper_id).sort("order")
+        if paper.is_empty():
+            return None
+        return PaperIndex(paper_id, paper["chunk_id"].to_list(), paper["text"].to_list(),
+                          np.asarray(paper["embedding"].to_list(), dtype=np.float32))
+
+    cache = embedding_model.cache(lake.lake())
+    claims = retrieval_queries.select("claim_id", "paper_id", "claim_text").iter_rows()
+    rows = retrieve_claims(claims, load_index, retrievers, lambda texts: cache.embed_with_cache(texts)[0],
+                           k=retrieval.k)
+    rows += [{"retriever": name, "status": "unavailable", "error": reason} for name, reason in unavailable.items()]
+    frame = pl.DataFrame([{"venue": context.partition_key, **{c: r.get(c) for c in RUN_COLUMNS}} for r in rows],
+                         schema=RUN_SCHEMA)
+    context.add_output_metadata({"retrievers": dg.MetadataValue.json(sorted(retrievers)),
+                                 "unavailable": dg.MetadataValue.json(unavailable),
+                                 "no_chunks_rows": int((frame["status"] == "no_chunks").sum())})
+    return frame
+
+
+@dg.asset(partitions_def=venue_partitions, group_name="retrieval", kinds={"python", "parquet"},
+          code_version=RETRIEVAL_CODE_VERSION)
+def retrieval_metrics(context: dg.AssetExecutionContext, retrieval_runs: pl.DataFrame,
+                      retrieval_queries: pl.DataFrame, chunks: pl.DataFrame) -> pl.DataFrame:
+    """Recall@1/5/10, nDCG@10 and MRR@10 per retriever over the claims whose gold chunks are known (the chunks
+    containing the claim's evidence sentence). Configurations that could not run are listed as unavailable."""
+    chunks_by_paper: dict[str, list[tuple[str, str]]] = {}
+    for paper_id, chunk_id, text in chunks.select("paper_id", "chunk_id", "text").iter_rows():
+        chunks_by_paper.setdefault(paper_id, []).append((chunk_id, text))
+    gold = gold_chunk_ids(retrieval_queries.iter_rows(named=True), chunks_by_paper)
+    ran = retrieval_runs.filter(pl.col("status") != "unavailable")
+    rows = [{"venue": context.partition_key, "status": "ok", "reason": None, **r}
+            for r in evaluate_runs(ran.iter_rows(named=True), gold)]
+    rows += [{"venue": context.partition_key, "retriever": r["retriever"], "status": "unavailable", "reason": r["error"]}
+             for r in retrieval_runs.filter(pl.col("status") == "unavailable").iter_rows(named=True)]
+    frame = pl.DataFrame(rows, schema=METRIC_SCHEMA)
+    context.add_output_metadata({"claims_with_gold": len(gold)})
+    return frame

@@ -1,0 +1,367 @@
+"""Parse manuscripts (PDF, HTML, Markdown, plain text) into ordered, section-aware blocks.
+
+Which Docling path runs, and why:
+
+* With `artifacts_path` (a local copy of Docling's layout/table models) PDFs go through
+  Docling's full `StandardPdfPipeline`; headings, captions and tables come from its
+  `DoclingDocument` (parser "docling-layout"). OCR stays off: a manuscript without a text layer
+  is reported, not guessed at.
+* Without it, PDFs go through docling-slim's model-free `NativePdfPipeline` (parser
+  "docling-native"). Its `DoclingDocument` holds only unordered text items, but the
+  `ConversionResult` keeps each page's docling-parse `SegmentedPdfPage`, whose text-line cells
+  carry a box and a font name. Those are all that structure recovery needs: the font size is
+  read from the line box height (docling-parse reports no point size) and the weight from the
+  font name (`Helvetica-Bold`, `NimbusRomNo9L-Medi`, `CMBX10`). Calling docling-parse directly
+  would give the same cells, so the Docling pipeline is used and its version recorded.
+  `peerify_dagster.domain.layout` rebuilds headings, paragraphs, tables and reading order.
+* HTML and Markdown go through Docling's own backends ("docling-html", "docling-markdown");
+  plain text is split on blank lines ("plain-text").
+
+Before Docling sees a PDF, a pypdf pre-flight turns the common unusable inputs into
+`ManuscriptParseError`s with a machine-readable reason: "not_a_pdf", "truncated", "damaged",
+"encrypted" (a user password is needed; owner-only restrictions are read normally) and
+"zero_pages"; after parsing, "no_text_layer" when no page holds any text.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from importlib.metadata import PackageNotFoundError, version
+from io import BytesIO
+from pathlib import Path
+from typing import Any, Literal
+
+from peerify_dagster.domain.layout import (
+    LAYOUT_VERSION,
+    Block,
+    LayoutElement,
+    TextLine,
+    assemble_blocks,
+    elements_from_plain_text,
+    is_bold_font,
+    recover_blocks,
+)
+
+ParserName = Literal[
+    "docling-layout", "docling-native", "docling-parse", "docling-html", "docling-markdown", "plain-text"
+]
+SourceFormat = Literal["pdf", "html", "markdown", "text"]
+
+_FORMAT_BY_HINT: dict[str, SourceFormat] = {
+    "application/pdf": "pdf",
+    "pdf": "pdf",
+    "text/html": "html",
+    "application/xhtml+xml": "html",
+    "html": "html",
+    "htm": "html",
+    "xhtml": "html",
+    "text/markdown": "markdown",
+    "text/x-markdown": "markdown",
+    "md": "markdown",
+    "markdown": "markdown",
+    "text/plain": "text",
+    "txt": "text",
+    "text": "text",
+}
+
+_log = logging.getLogger(__name__)
+
+
+class ManuscriptParseError(Exception):
+    """A manuscript that cannot be parsed; `reason` is a short machine-readable code."""
+
+    def __init__(self, paper_id: str, reason: str, detail: str) -> None:
+        self.paper_id = paper_id
+        self.reason = reason
+        self.detail = detail
+        super().__init__(f"manuscript {paper_id!r} could not be parsed [{reason}]: {detail}")
+
+
+@dataclass
+class ParsedDocument:
+    """One parsed manuscript and the provenance of how it was parsed."""
+
+    paper_id: str
+    parser: ParserName
+    parser_version: str
+    options: dict[str, Any]
+    pages: int
+    blocks: list[Block] = field(default_factory=list)
+
+
+@dataclass
+class BatchResult:
+    """Documents that parsed, and one error per manuscript that did not."""
+
+    documents: list[ParsedDocument]
+    failures: list[ManuscriptParseError]
+
+
+def _package_version(name: str) -> str:
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return "absent"
+
+
+def parser_version() -> str:
+    """Versions of everything that shapes the blocks, for provenance and asset code versions."""
+    packages = ("docling-slim", "docling-core", "docling-parse", "pypdf")
+    return "; ".join([f"{name} {_package_version(name)}" for name in packages] + [f"peerify-layout {LAYOUT_VERSION}"])
+
+
+def _detect_format(data: bytes, source_name: str | None, mime: str | None, paper_id: str) -> SourceFormat:
+    for hint in (mime, Path(source_name).suffix if source_name else None):
+        if hint:
+            key = hint.lower().split(";")[0].strip().lstrip(".")
+            if key in _FORMAT_BY_HINT:
+                return _FORMAT_BY_HINT[key]
+    head = data[:1024].lstrip()
+    if b"%PDF-" in head:
+        return "pdf"
+    if head[:1] == b"<" and any(tag in head.lower() for tag in (b"<html", b"<!doctype html", b"<body", b"<p")):
+        return "html"
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ManuscriptParseError(paper_id, "unsupported_format", "binary input that is neither PDF nor text") from None
+    return "text"
+
+
+def _check_pdf(paper_id: str, data: bytes) -> None:
+    """Reject PDFs that Docling would fail on with a vague message, naming the actual problem."""
+    from pypdf import PdfReader
+    from pypdf import PasswordType
+
+    if b"%PDF-" not in data[:1024]:
+        raise ManuscriptParseError(paper_id, "not_a_pdf", f"no %PDF- header; starts with {data[:16]!r}")
+    if b"%%EOF" not in data[-2048:]:
+        raise ManuscriptParseError(paper_id, "truncated", f"no %%EOF marker at the end of {len(data)} bytes")
+    try:
+        reader = PdfReader(BytesIO(data))
+        if reader.is_encrypted and reader.decrypt("") == PasswordType.NOT_DECRYPTED:
+            raise ManuscriptParseError(paper_id, "encrypted", "the PDF needs a password to open")
+        page_count = len(reader.pages)
+    except ManuscriptParseError:
+        raise
+    except Exception as error:  # pypdf raises many types for broken files; all mean the same here
+        raise ManuscriptParseError(paper_id, "damaged", f"pypdf cannot read it: {error}") from error
+    if page_count == 0:
+        raise ManuscriptParseError(paper_id, "zero_pages", "the PDF has no pages")
+
+
+def _table_text(table: Any) -> str:
+    rows = [" | ".join(cell.text.strip() for cell in row) for row in table.data.grid]
+    return "\n".join(row for row in rows if row.strip(" |"))
+
+
+def _elements_from_docling(document: Any) -> list[LayoutElement]:
+    """Typed elements from a DoclingDocument (HTML, Markdown or layout-model output)."""
+    from docling_core.types.doc import (
+        DocItemLabel,
+        GroupItem,
+        GroupLabel,
+        PictureItem,
+        SectionHeaderItem,
+        TableItem,
+        TextItem,
+        TitleItem,
+    )
+
+    elements: list[LayoutElement] = []
+    already_emitted: set[str] = set()
+
+    def page_of(item: Any) -> int:
+        return item.prov[0].page_no if getattr(item, "prov", None) else 1
+
+    def emit_captions(item: Any) -> None:
+        for reference in item.captions:
+            caption = reference.resolve(document)
+            already_emitted.add(caption.self_ref)
+            elements.append(LayoutElement("caption", caption.text, page_of(caption)))
+
+    for item, _depth in document.iterate_items(with_groups=True):
+        if item.self_ref in already_emitted:
+            continue
+        if isinstance(item, GroupItem):
+            if item.label == GroupLabel.INLINE:
+                # HTML splits a paragraph at every <b>/<i>; its parts are one paragraph.
+                parts = [reference.resolve(document) for reference in item.children]
+                already_emitted.update(part.self_ref for part in parts)
+                text = " ".join(part.text for part in parts if isinstance(part, TextItem))
+                elements.append(LayoutElement("paragraph", text, page_of(parts[0]) if parts else 1))
+            continue
+        if isinstance(item, TitleItem):
+            elements.append(LayoutElement("title", item.text, page_of(item)))
+        elif isinstance(item, SectionHeaderItem):
+            elements.append(LayoutElement("heading", item.text, page_of(item), level_hint=item.level))
+        elif isinstance(item, TableItem):
+            emit_captions(item)
+            elements.append(LayoutElement("table", _table_text(item), page_of(item)))
+        elif isinstance(item, PictureItem):
+            emit_captions(item)
+        elif isinstance(item, TextItem):
+            if item.label in (DocItemLabel.PAGE_HEADER, DocItemLabel.PAGE_FOOTER):
+                continue
+            kind = "caption" if item.label == DocItemLabel.CAPTION else "paragraph"
+            elements.append(LayoutElement(kind, item.text, page_of(item)))
+    return elements
+
+
+def _lines_from_native_pages(pages: Iterable[Any]) -> tuple[list[TextLine], dict[int, tuple[float, float]]]:
+    from docling_core.types.doc import CoordOrigin
+
+    lines: list[TextLine] = []
+    sizes: dict[int, tuple[float, float]] = {}
+    for page in pages:
+        width, height = page.size.width, page.size.height
+        sizes[page.page_no] = (width, height)
+        if page.parsed_page is None:
+            continue
+        for cell in page.parsed_page.textline_cells:
+            box = cell.rect.to_bounding_box()
+            if box.coord_origin == CoordOrigin.BOTTOMLEFT:
+                box = box.to_top_left_origin(page_height=height)
+            lines.append(
+                TextLine(
+                    page=page.page_no,
+                    x0=box.l,
+                    y0=box.t,
+                    x1=box.r,
+                    y1=box.b,
+                    font_size=box.b - box.t,
+                    bold=is_bold_font(getattr(cell, "font_name", "")),
+                    text=cell.text,
+                )
+            )
+    return lines, sizes
+
+
+class DocumentParser:
+    """Parses manuscripts with Docling; one instance keeps its converters warm across calls."""
+
+    def __init__(self, artifacts_path: str | None = None, parser_threads: int = 1) -> None:
+        self.artifacts_path = artifacts_path
+        self.parser_threads = parser_threads
+        self._converters: dict[str, Any] = {}
+
+    def _converter(self, kind: str) -> Any:
+        if kind not in self._converters:
+            self._converters[kind] = self._build_converter(kind)
+        return self._converters[kind]
+
+    def _build_converter(self, kind: str) -> Any:
+        from docling.datamodel.base_models import InputFormat
+        from docling.document_converter import DocumentConverter, NativePdfFormatOption, PdfFormatOption
+
+        if kind == "layout":
+            from docling.datamodel.pipeline_options import PdfPipelineOptions
+
+            options = PdfPipelineOptions(artifacts_path=self.artifacts_path, do_ocr=False, do_table_structure=True)
+            return DocumentConverter(format_options={InputFormat.PDF: PdfFormatOption(pipeline_options=options)})
+        if kind == "native":
+            from docling.datamodel.pipeline_options import NativePdfPipelineOptions
+
+            options = NativePdfPipelineOptions(
+                generate_page_images=False, generate_picture_images=False, parser_threads=self.parser_threads
+            )
+            return DocumentConverter(format_options={InputFormat.PDF: NativePdfFormatOption(pipeline_options=options)})
+        return DocumentConverter(allowed_formats=[InputFormat.HTML, InputFormat.MD])
+
+    def parse(
+        self,
+        source: str | os.PathLike[str] | bytes,
+        source_name: str | None = None,
+        mime: str | None = None,
+        paper_id: str | None = None,
+    ) -> ParsedDocument:
+        """Parse one manuscript given as a path or bytes.
+
+        `source_name` (a file name) and `mime` (a MIME type or extension) say what the bytes
+        are; without them the content is sniffed. `paper_id` defaults to the name's stem.
+        """
+        if isinstance(source, bytes):
+            data = source
+            name = source_name or "manuscript"
+        else:
+            path = Path(source)
+            name = source_name or path.name
+            data = path.read_bytes()
+        paper_id = paper_id or Path(name).stem
+        source_format = _detect_format(data, name, mime, paper_id)
+        if source_format == "pdf":
+            return self._parse_pdf(paper_id, name, data)
+        if source_format == "text":
+            blocks = assemble_blocks(elements_from_plain_text(data.decode("utf-8", errors="replace")))
+            return self._finish(paper_id, "plain-text", {"split": "blank lines"}, 1, blocks)
+        return self._parse_markup(paper_id, name, data, source_format)
+
+    def parse_batch(
+        self, sources: Iterable[tuple[str | os.PathLike[str] | bytes, str]]
+    ) -> BatchResult:
+        """Parse (source, source_name) pairs; a bad manuscript is recorded and the rest go on."""
+        result = BatchResult([], [])
+        for source, source_name in sources:
+            try:
+                result.documents.append(self.parse(source, source_name))
+            except ManuscriptParseError as error:
+                _log.warning("%s", error)
+                result.failures.append(error)
+        return result
+
+    def _convert(self, kind: str, paper_id: str, name: str, data: bytes) -> Any:
+        from docling_core.types.io import DocumentStream
+
+        try:
+            return self._converter(kind).convert(DocumentStream(name=name, stream=BytesIO(data)), raises_on_error=False)
+        except Exception as error:  # model loading and backend crashes surface as many types
+            reason = "layout_model_unavailable" if kind == "layout" else "conversion_failed"
+            raise ManuscriptParseError(paper_id, reason, f"{type(error).__name__}: {error}") from error
+
+    def _parse_pdf(self, paper_id: str, name: str, data: bytes) -> ParsedDocument:
+        from docling.datamodel.base_models import ConversionStatus
+
+        _check_pdf(paper_id, data)
+        kind = "layout" if self.artifacts_path else "native"
+        result = self._convert(kind, paper_id, name, data)
+        if result.status == ConversionStatus.FAILURE:
+            messages = "; ".join(error.error_message for error in result.errors) or "no detail"
+            reason = "truncated" if "truncated" in messages else "conversion_failed"
+            raise ManuscriptParseError(paper_id, reason, f"Docling failed: {messages}")
+        page_count = len(result.pages)
+        if kind == "layout":
+            blocks = assemble_blocks(_elements_from_docling(result.document))
+            options = {"pipeline": "StandardPdfPipeline", "artifacts_path": self.artifacts_path, "do_ocr": False,
+                       "do_table_structure": True}
+            parser: ParserName = "docling-layout"
+        else:
+            lines, sizes = _lines_from_native_pages(result.pages)
+            blocks = recover_blocks(lines, sizes)
+            options = {"pipeline": "NativePdfPipeline", "text_cell_unit": "line", "parser_threads": self.parser_threads,
+                       "structure": f"peerify layout rules v{LAYOUT_VERSION}"}
+            parser = "docling-native"
+        if not blocks:
+            raise ManuscriptParseError(paper_id, "no_text_layer", f"none of its {page_count} page(s) holds text")
+        return self._finish(paper_id, parser, options, page_count, blocks)
+
+    def _parse_markup(self, paper_id: str, name: str, data: bytes, source_format: SourceFormat) -> ParsedDocument:
+        suffix = {"html": ".html", "markdown": ".md"}[source_format]
+        # Docling picks the backend from the file extension.
+        stream_name = name if Path(name).suffix.lower() in (suffix, ".htm", ".markdown") else f"{Path(name).stem}{suffix}"
+        result = self._convert("markup", paper_id, stream_name, data)
+        if result.document is None or not result.document.texts and not result.document.tables:
+            raise ManuscriptParseError(paper_id, "empty_document", f"no text found in the {source_format} source")
+        blocks = assemble_blocks(_elements_from_docling(result.document))
+        parser: ParserName = "docling-html" if source_format == "html" else "docling-markdown"
+        return self._finish(paper_id, parser, {"backend": parser}, 1, blocks)
+
+    @staticmethod
+    def _finish(
+        paper_id: str, parser: ParserName, options: dict[str, Any], pages: int, blocks: list[Block]
+    ) -> ParsedDocument:
+        if not blocks:
+            raise ManuscriptParseError(paper_id, "empty_document", "the manuscript holds no text")
+        return ParsedDocument(paper_id, parser, parser_version(), options, pages, blocks)

@@ -1,0 +1,146 @@
+"""The whole asset graph on the sample venue (the `build_venue` job as `make demo` runs it), and the same graph
+on a copy of the sample whose PDFs were replaced by encrypted, image-only and zero-page files."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import dagster as dg
+import polars as pl
+import pytest
+
+from peerify_dagster.definitions import build_resources, build_venue_job, defs
+from peerify_dagster.partitions import venue_partitions
+from peerify_dagster.resources.dagster_resources import VenueRegistryResource
+from peerify_dagster.resources.lake import Lake
+from tests.fixtures_pdf import encrypted_paper, image_only_paper, zero_page_pdf
+
+REPO = Path(__file__).resolve().parents[1]
+SAMPLE_DIR = REPO / "peerify_dagster" / "sample_venue"
+
+
+def build(key: str, registry: Path, lake_root: Path, instance: dg.DagsterInstance) -> dg.ExecuteInProcessResult:
+    if not instance.has_dynamic_partition(venue_partitions.name, key):
+        instance.add_dynamic_partitions(venue_partitions.name, [key])
+    job = dg.Definitions(
+        assets=list(defs.assets), jobs=[build_venue_job],
+        resources=build_resources(str(lake_root), venue_registry=VenueRegistryResource(path=str(registry))),
+    ).resolve_job_def("build_venue")
+    return job.execute_in_process(partition_key=key, instance=instance, raise_on_error=False)
+
+
+def registry_for(folder: Path, snapshot: Path) -> Path:
+    path = folder / "venues.yaml"
+    path.write_text(
+        "venues:\n  sample:\n    openreview_id: PeerifySample.cc/2026/Workshop\n    source: snapshot\n"
+        f"    snapshot: {json.dumps(str(snapshot))}\n    gold_claims: {json.dumps(str(SAMPLE_DIR / 'claim_key.yaml'))}\n"
+        "    seed: 20260110\n"
+    )
+    return path
+
+
+@pytest.fixture(scope="module")
+def sample_graph(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("graph")
+    registry = registry_for(tmp, SAMPLE_DIR / "snapshot")
+    instance = dg.DagsterInstance.ephemeral()
+    first = build("sample", registry, tmp / "lake", instance)
+    tables = {t: Lake(tmp / "lake").read_table(t, "sample") for t in ("chunks", "chunk_embeddings", "retrieval_runs")}
+    second = build("sample", registry, tmp / "lake", instance)
+    return first, second, tables, Lake(tmp / "lake")
+
+
+def test_full_graph_succeeds_with_every_check_passing(sample_graph):
+    first, _, _, lake = sample_graph
+    assert first.success
+    evaluations = first.get_asset_check_evaluations()
+    assert len(evaluations) >= 20
+    assert [e.check_name for e in evaluations if not e.passed] == []
+    assert {"parsed_manuscripts", "chunks", "chunk_stats", "chunk_embeddings", "retrieval_runs",
+            "retrieval_metrics"} <= set(lake.tables())
+
+
+def test_parsed_manuscripts_record_their_parser(sample_graph):
+    _, _, _, lake = sample_graph
+    parsed = lake.read_table("parsed_manuscripts", "sample")
+    pdfs = lake.read_table("manuscript_pdfs", "sample").filter(pl.col("status") == "ok")
+    assert sorted(parsed["paper_id"]) == sorted(pdfs["paper_id"])
+    assert set(parsed["parser"]) == {"docling-native"}
+    assert all("docling" in v for v in parsed["parser_version"])
+    kinds = {b["kind"] for blocks in parsed["blocks"] for b in blocks}
+    assert {"heading", "paragraph", "caption", "table", "reference"} <= kinds
+
+
+def test_chunks_and_stats(sample_graph):
+    _, _, tables, lake = sample_graph
+    chunks = tables["chunks"]
+    stats = lake.read_table("chunk_stats", "sample").row(0, named=True)
+    assert stats["n_chunks"] == chunks.height and stats["n_empty"] == 0 and stats["n_runaway"] == 0
+    assert stats["median_words"] == pytest.approx(chunks["word_count"].median())
+    assert chunks["chunk_id"].n_unique() == chunks.height
+    assert all(cid.startswith(f"{pid}:") for cid, pid in zip(chunks["chunk_id"], chunks["paper_id"]))
+    assert (chunks["word_count"] > 0).all()
+    assert {"paragraph", "caption", "table", "appendix", "reference"} <= set(chunks["kind"])
+
+
+def test_embeddings_cached_and_rebuild_identical(sample_graph):
+    _, second, first_tables, lake = sample_graph
+    assert second.success
+    embedded = [
+        e.event_specific_data.materialization.metadata["embedded"].value
+        for e in second.all_events
+        if e.is_step_materialization and e.asset_key == dg.AssetKey("chunk_embeddings")
+    ]
+    assert embedded == [0]  # every chunk text came from the cache
+    for table, frame in first_tables.items():
+        assert lake.read_table(table, "sample").equals(frame), table
+    vectors = first_tables["chunk_embeddings"]["embedding"].to_numpy()
+    assert vectors.shape[1] == 384
+    assert abs(float((vectors[0] ** 2).sum()) - 1.0) < 1e-4
+
+
+def test_retrieval_runs_and_metrics(sample_graph):
+    _, _, tables, lake = sample_graph
+    runs = tables["retrieval_runs"]
+    queries = lake.read_table("retrieval_queries", "sample")
+    chunks = tables["chunks"]
+    ok = runs.filter(pl.col("status") == "ok")
+    assert set(ok["retriever"]) == {"bm25", "dense", "hybrid"}
+    # Restricted to the claim's own manuscript.
+    paper_of_chunk = dict(zip(chunks["chunk_id"], chunks["paper_id"]))
+    assert all(paper_of_chunk[c] == p for c, p in zip(ok["chunk_id"], ok["paper_id"]))
+    assert ok.group_by("claim_id", "retriever").len()["len"].max() <= 10
+    # Claims of the paper without a PDF get an explicit empty result.
+    no_pdf = set(queries["paper_id"]) - set(chunks["paper_id"])
+    assert set(runs.filter(pl.col("status") == "no_chunks")["paper_id"]) == no_pdf
+    metrics = lake.read_table("retrieval_metrics", "sample")
+    measured = metrics.filter(pl.col("status") == "ok")
+    assert set(measured["retriever"]) == {"bm25", "dense", "hybrid"}
+    assert (measured["n_claims"] > 20).all()
+    for column in ("recall@1", "recall@5", "recall@10", "ndcg@10", "mrr@10"):
+        assert measured[column].is_between(0.0, 1.0).all(), column
+    assert (measured["recall@1"] <= measured["recall@5"]).all() and (measured["recall@5"] <= measured["recall@10"]).all()
+    unavailable = metrics.filter(pl.col("status") == "unavailable")
+    assert set(unavailable["retriever"]) == {"bm25+rerank", "dense+rerank", "hybrid+rerank"}
+    assert all("cross-encoder" in r for r in unavailable["reason"])
+
+
+def test_unparseable_pdfs_are_recorded_and_the_rest_completes(tmp_path):
+    snapshot = tmp_path / "snapshot"
+    shutil.copytree(SAMPLE_DIR / "snapshot", snapshot)
+    papers = sorted(p.stem for p in (snapshot / "pdfs").glob("*.pdf"))
+    broken = {papers[0]: (encrypted_paper(), "encrypted"), papers[1]: (image_only_paper(), "no_text_layer"),
+              papers[2]: (zero_page_pdf(), "zero_pages")}
+    for paper, (data, _) in broken.items():
+        (snapshot / "pdfs" / f"{paper}.pdf").write_bytes(data)
+    result = build("sample", registry_for(tmp_path, snapshot), tmp_path / "lake", dg.DagsterInstance.ephemeral())
+    assert result.success
+    lake = Lake(tmp_path / "lake")
+    errors = {r["paper_id"]: r for r in lake.read_table("parse_errors", "sample").iter_rows(named=True)}
+    assert {p: errors[p]["reason"] for p in broken} == {p: reason for p, (_, reason) in broken.items()}
+    assert all(p in errors[p]["message"] for p in broken)
+    assert set(lake.read_table("chunks", "sample")["paper_id"]) == {papers[3]}
+    runs = lake.read_table("retrieval_runs", "sample")
+    assert set(runs.filter(pl.col("status") == "no_chunks")["paper_id"]) >= set(broken)
