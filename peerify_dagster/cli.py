@@ -13,6 +13,9 @@ from peerify_dagster.domain.venues import SOURCES, RegistryError, Venue, add_ven
 from peerify_dagster.resources.dagster_resources import DEFAULT_LAKE, DEFAULT_REGISTRY
 from peerify_dagster.resources.lake import Lake
 
+# The LLM roles the asset graph calls today (verification); checked before a build starts.
+LLM_ROLES_IN_GRAPH = ["verifiers"]
+
 
 def _format_table(columns: list[str], rows: list[tuple], max_width: int = 80) -> str:
     cells = [[("NULL" if v is None else str(v)).replace("\n", " ")[:max_width] for v in row] for row in rows]
@@ -22,12 +25,18 @@ def _format_table(columns: list[str], rows: list[tuple], max_width: int = 80) ->
 
 
 def venue_summary(lake: Lake, venue: str) -> tuple[list[str], list[tuple]]:
-    """Row counts of every catalog table for one venue."""
+    """Row counts of every catalog table for one venue; tables shared by all venues (the LLM ledger) in total."""
     views = lake.refresh_catalog()
     if not views:
         return ["table", "rows"], []
+    _, with_venue = lake.query(
+        "select distinct table_name from information_schema.columns where column_name = 'venue'", refresh=False
+    )
+    per_venue = {name for (name,) in with_venue}
     union = " union all ".join(
-        f"select '{v}' as \"table\", count(*) filter (where venue = $venue) as rows from \"{v}\"" for v in views
+        f"select '{v}' as \"table\", count(*) filter (where venue = $venue) as rows from \"{v}\"" if v in per_venue
+        else f"select '{v} (all venues)', count(*) from \"{v}\""
+        for v in views
     )
     return lake.query(f"select * from ({union}) order by 1", {"venue": venue}, refresh=False)
 
@@ -41,6 +50,13 @@ def cmd_build(args: argparse.Namespace) -> int:
     registry = load_registry(Path(DEFAULT_REGISTRY))
     if args.venue not in registry:
         print(f"venue {args.venue!r} is not registered; add it with `peerify venues add {args.venue}`", file=sys.stderr)
+        return 2
+    from peerify_dagster.resources.llm_gateway import LLMGateway, PreflightError
+
+    try:  # missing API keys, packages or model files are reported before any work starts
+        LLMGateway(DEFAULT_LAKE).preflight(LLM_ROLES_IN_GRAPH)
+    except PreflightError as exc:
+        print(f"cannot build {args.venue}: {exc}", file=sys.stderr)
         return 2
     instance = dg.DagsterInstance.get() if os.environ.get("DAGSTER_HOME") else dg.DagsterInstance.ephemeral()
     if not instance.has_dynamic_partition(venue_partitions.name, args.venue):

@@ -3,20 +3,21 @@
 
 import dagster as dg
 
-from assets import embeddings, forum_tables, ingestion, manuscript_pdfs, manuscripts, retrieval
+from assets import embeddings, forum_tables, ingestion, manuscript_pdfs, manuscripts, retrieval, verification
 from peerify_dagster.partitions import venue_partitions
 from peerify_dagster.resources.dagster_resources import (
     DEFAULT_LAKE,
     DocumentParserResource,
     EmbeddingResource,
     LakeResource,
+    LLMGatewayResource,
     OpenReviewResource,
     ParquetLakeIOManager,
     RetrievalResource,
     VenueRegistryResource,
 )
 
-all_assets = dg.load_assets_from_modules([ingestion, forum_tables, manuscript_pdfs, manuscripts, embeddings, retrieval])
+all_assets = dg.load_assets_from_modules([ingestion, forum_tables, manuscript_pdfs, manuscripts, embeddings, retrieval, verification])
 
 build_venue_job = dg.define_asset_job(
     "build_venue",
@@ -61,6 +62,7 @@ def build_resources(lake_root: str = DEFAULT_LAKE, **overrides) -> dict:
         "document_parser": DocumentParserResource(),
         "embedding_model": EmbeddingResource(),
         "retrieval": RetrievalResource(),
+        "llm": LLMGatewayResource(),
     }
     resources.update(overrides)
     return resources

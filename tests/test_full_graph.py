@@ -21,13 +21,18 @@ REPO = Path(__file__).resolve().parents[1]
 SAMPLE_DIR = REPO / "peerify_dagster" / "sample_venue"
 
 
-def build(key: str, registry: Path, lake_root: Path, instance: dg.DagsterInstance) -> dg.ExecuteInProcessResult:
+WITHOUT_LLM = dg.define_asset_job("without_llm", partitions_def=venue_partitions,
+                                  selection=dg.AssetSelection.all() - dg.AssetSelection.groups("verification"))
+
+
+def build(key: str, registry: Path, lake_root: Path, instance: dg.DagsterInstance,
+          job_def: dg.UnresolvedAssetJobDefinition = build_venue_job) -> dg.ExecuteInProcessResult:
     if not instance.has_dynamic_partition(venue_partitions.name, key):
         instance.add_dynamic_partitions(venue_partitions.name, [key])
     job = dg.Definitions(
-        assets=list(defs.assets), jobs=[build_venue_job],
+        assets=list(defs.assets), jobs=[job_def],
         resources=build_resources(str(lake_root), venue_registry=VenueRegistryResource(path=str(registry))),
-    ).resolve_job_def("build_venue")
+    ).resolve_job_def(job_def.name)
     return job.execute_in_process(partition_key=key, instance=instance, raise_on_error=False)
 
 
@@ -47,7 +52,8 @@ def sample_graph(tmp_path_factory):
     registry = registry_for(tmp, SAMPLE_DIR / "snapshot")
     instance = dg.DagsterInstance.ephemeral()
     first = build("sample", registry, tmp / "lake", instance)
-    tables = {t: Lake(tmp / "lake").read_table(t, "sample") for t in ("chunks", "chunk_embeddings", "retrieval_runs")}
+    tables = {t: Lake(tmp / "lake").read_table(t, "sample")
+              for t in ("chunks", "chunk_embeddings", "retrieval_runs", "evidence_verifications")}
     second = build("sample", registry, tmp / "lake", instance)
     return first, second, tables, Lake(tmp / "lake")
 
@@ -85,15 +91,16 @@ def test_chunks_and_stats(sample_graph):
     assert {"paragraph", "caption", "table", "appendix", "reference"} <= set(chunks["kind"])
 
 
-def test_embeddings_cached_and_rebuild_identical(sample_graph):
+def materialization_metadata(result: dg.ExecuteInProcessResult, asset: str, key: str):
+    return [e.event_specific_data.materialization.metadata[key].value
+            for e in result.all_events if e.is_step_materialization and e.asset_key == dg.AssetKey(asset)]
+
+
+def test_rebuild_embeds_nothing_calls_no_model_and_is_identical(sample_graph):
     _, second, first_tables, lake = sample_graph
     assert second.success
-    embedded = [
-        e.event_specific_data.materialization.metadata["embedded"].value
-        for e in second.all_events
-        if e.is_step_materialization and e.asset_key == dg.AssetKey("chunk_embeddings")
-    ]
-    assert embedded == [0]  # every chunk text came from the cache
+    assert materialization_metadata(second, "chunk_embeddings", "embedded") == [0]  # all from the text-hash cache
+    assert materialization_metadata(second, "evidence_verifications", "calls_made") == [0]  # all from the ledger
     for table, frame in first_tables.items():
         assert lake.read_table(table, "sample").equals(frame), table
     vectors = first_tables["chunk_embeddings"]["embedding"].to_numpy()
@@ -135,7 +142,8 @@ def test_unparseable_pdfs_are_recorded_and_the_rest_completes(tmp_path):
               papers[2]: (zero_page_pdf(), "zero_pages")}
     for paper, (data, _) in broken.items():
         (snapshot / "pdfs" / f"{paper}.pdf").write_bytes(data)
-    result = build("sample", registry_for(tmp_path, snapshot), tmp_path / "lake", dg.DagsterInstance.ephemeral())
+    result = build("sample", registry_for(tmp_path, snapshot), tmp_path / "lake", dg.DagsterInstance.ephemeral(),
+                   WITHOUT_LLM)
     assert result.success
     lake = Lake(tmp_path / "lake")
     errors = {r["paper_id"]: r for r in lake.read_table("parse_errors", "sample").iter_rows(named=True)}
@@ -144,3 +152,21 @@ def test_unparseable_pdfs_are_recorded_and_the_rest_completes(tmp_path):
     assert set(lake.read_table("chunks", "sample")["paper_id"]) == {papers[3]}
     runs = lake.read_table("retrieval_runs", "sample")
     assert set(runs.filter(pl.col("status") == "no_chunks")["paper_id"]) >= set(broken)
+
+
+def test_local_model_verifies_every_claim_with_evidence(sample_graph):
+    """The offline profile: the packaged SmolLM2 served by llama.cpp on loopback, started and stopped by the run."""
+    first, _, tables, lake = sample_graph
+    rows = tables["evidence_verifications"]
+    chunked = set(tables["chunks"]["paper_id"])
+    queries = lake.read_table("retrieval_queries", "sample")
+    assert rows.height == queries.filter(pl.col("paper_id").is_in(chunked)).height
+    assert set(rows["verifier"]) == {"smollm2-135m"}
+    assert rows.filter(pl.col("parse_ok"))["label"].is_in(["Supported", "Partially Supported", "Not Supported",
+                                                           "Not Determined"]).all()
+    assert rows.filter(~pl.col("parse_ok"))["label"].null_count() == rows.filter(~pl.col("parse_ok")).height
+    _, ledger = lake.query("select count(distinct call_id), min(model), max(model) from llm_calls where error is null")
+    assert ledger[0] == (rows.height, "smollm2-135m", "smollm2-135m")
+    usage = lake.read_table("llm_usage", "sample").row(0, named=True)
+    assert usage["calls"] == rows.height and usage["tokens_in"] > 0 and usage["cost_usd"] == 0.0
+    assert materialization_metadata(first, "evidence_verifications", "calls_made") == [rows.height]

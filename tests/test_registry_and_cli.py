@@ -8,6 +8,7 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
+from dagster._core.storage.defs_state.base import set_defs_state_storage
 
 from peerify_dagster import cli
 from peerify_dagster.definitions import venue_registry_sensor, venue_refresh_schedule
@@ -107,7 +108,9 @@ def test_sensor_adds_only_new_venues(tmp_path):
 def test_refresh_schedule_refetches_known_venues(tmp_path):
     registry = tmp_path / "venues.yaml"
     registry.write_text("venues:\n  A.cc/2026:\n    seed: 1\n  New.cc/2026:\n    seed: 2\n")
-    with dg.instance_for_test() as instance:
+    # Evaluating a schedule opens a second instance from the test instance's ref that never closes and leaves
+    # its state storage as the process-wide current one; the inner context restores the previous value.
+    with dg.instance_for_test() as instance, set_defs_state_storage(None):
         instance.add_dynamic_partitions(venue_partitions.name, ["A.cc/2026"])
         context = dg.build_schedule_context(
             instance=instance, scheduled_execution_time=datetime.datetime(2026, 11, 30, 3),
@@ -117,3 +120,14 @@ def test_refresh_schedule_refetches_known_venues(tmp_path):
     assert [r.partition_key for r in requests] == ["A.cc/2026"]
     assert requests[0].run_config["ops"]["raw_openreview_notes"]["config"]["refetch"] is True
     assert venue_refresh_schedule.default_status == dg.DefaultScheduleStatus.STOPPED
+
+
+def test_build_refuses_to_start_without_api_keys(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(cli, "DEFAULT_LAKE", str(tmp_path / "lake"))
+    monkeypatch.setenv("PEERIFY_LLM_PROFILE", "paper")
+    for key in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY"):
+        monkeypatch.delenv(key, raising=False)
+    assert cli.main(["build", "sample"]) == 2
+    err = capsys.readouterr().err
+    assert "OPENAI_API_KEY" in err and "ANTHROPIC_API_KEY" in err
+    assert not (tmp_path / "lake" / "submissions").exists()  # nothing was built

@@ -135,3 +135,20 @@ class RetrievalResource(dg.ConfigurableResource):
         from peerify_dagster.resources.reranker import CrossEncoderReranker
 
         return CrossEncoderReranker(self.reranker_path)
+
+
+class LLMGatewayResource(dg.ConfigurableResource):
+    """The LLM gateway: models and roles from `models.yaml` (profile `offline` by default: a local GGUF model
+    served by llama.cpp on loopback). Environment variables switch profiles, roles, endpoints and keys
+    (PEERIFY_LLM_PROFILE, PEERIFY_ROLE_<ROLE>, OPENAI_BASE_URL, ...); keys are never stored."""
+
+    profile: str | None = None
+    cache_mode: str | None = None  # use | refresh | replay-only (default: PEERIFY_LLM_CACHE_MODE or use)
+    max_cost_usd: float | None = None  # per-run budget; the run stops cleanly when it is spent
+    max_tokens: int | None = None
+
+    def gateway(self, lake: Lake, run_id: str):
+        from peerify_dagster.resources.llm_gateway import LLMGateway
+
+        return LLMGateway(lake.root, profile=self.profile, cache_mode=self.cache_mode, run_id=run_id,
+                          max_cost_usd=self.max_cost_usd, max_tokens=self.max_tokens)

@@ -1,0 +1,125 @@
+"""The verification stage through the LLM gateway: a remote-style verifier on a loopback OpenAI-protocol server
+(the same client path as OpenAI and vLLM), the `llm_calls` ledger, replay with zero model calls, `llm_usage`,
+and the preflight error for a missing API key."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import dagster as dg
+import polars as pl
+import pytest
+
+from assets import embeddings, forum_tables, ingestion, manuscript_pdfs, manuscripts, retrieval, verification
+from peerify_dagster.definitions import build_resources
+from peerify_dagster.partitions import venue_partitions
+from peerify_dagster.resources.dagster_resources import VenueRegistryResource
+from peerify_dagster.resources.lake import Lake
+from peerify_dagster.testing.openai_server import ScriptedOpenAIServer
+
+SAMPLE_DIR = Path(__file__).resolve().parents[1] / "peerify_dagster" / "sample_venue"
+ASSETS = dg.load_assets_from_modules([ingestion, forum_tables, manuscript_pdfs, manuscripts, embeddings, retrieval,
+                                      verification])
+
+
+def verdict(request) -> str:
+    """Supported for every claim except those about variance, which get an answer that is not JSON."""
+    prompt = " ".join(str(m.get("content", "")) for m in request["messages"])
+    if "variance" in prompt.split("Retrieved passages")[0]:
+        return "I am not sure what to say."
+    return json.dumps({"label": "Contradicted" if "does not" in prompt else "Supported", "justification": "Because."})
+
+
+def models_file(folder: Path, base_url: str) -> Path:
+    path = folder / "models.yaml"
+    path.write_text(
+        "default_profile: test\nmodels:\n  loopback:\n    backend: openai\n    model: scripted-model\n"
+        f"    base_url: {base_url}\n    api_key_env: LOOPBACK_API_KEY\n    price_in_per_million: 1.0\n"
+        "    price_out_per_million: 2.0\n    max_concurrency: 2\n    structured_output: json_schema\n"
+        "profiles:\n  test:\n    extractor: loopback\n    labeller_a: loopback\n    labeller_b: loopback\n"
+        "    fact_tagger: loopback\n    verifiers: [loopback]\n"
+    )
+    return path
+
+
+def materialise(tmp: Path, instance: dg.DagsterInstance) -> dg.ExecuteInProcessResult:
+    registry = tmp / "venues.yaml"
+    registry.write_text(
+        "venues:\n  sample:\n    source: snapshot\n"
+        f"    snapshot: {json.dumps(str(SAMPLE_DIR / 'snapshot'))}\n"
+        f"    gold_claims: {json.dumps(str(SAMPLE_DIR / 'claim_key.yaml'))}\n    seed: 1\n"
+    )
+    if not instance.has_dynamic_partition(venue_partitions.name, "sample"):
+        instance.add_dynamic_partitions(venue_partitions.name, ["sample"])
+    resources = build_resources(str(tmp / "lake"), venue_registry=VenueRegistryResource(path=str(registry)))
+    return dg.materialize(ASSETS, instance=instance, partition_key="sample", resources=resources, raise_on_error=False)
+
+
+@pytest.fixture(scope="module")
+def verified(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("verify")
+    with ScriptedOpenAIServer(responder=verdict) as server, pytest.MonkeyPatch.context() as env:
+        env.setenv("PEERIFY_MODELS_FILE", str(models_file(tmp, server.base_url)))
+        env.setenv("LOOPBACK_API_KEY", "test-key")
+        instance = dg.DagsterInstance.ephemeral()
+        first = materialise(tmp, instance)
+        requests_after_first = server.request_count
+        lake = Lake(tmp / "lake")
+        tables = {t: lake.read_table(t, "sample") for t in ("evidence_verifications", "llm_usage")}
+        segments = sorted((tmp / "lake" / "llm_calls").glob("*.parquet"))
+        second = materialise(tmp, instance)
+        yield first, second, tables, lake, requests_after_first, server.request_count, segments
+
+
+def test_every_claim_with_evidence_is_verified_and_recorded(verified):
+    first, _, tables, lake, requests, _, _ = verified
+    assert first.success
+    rows = tables["evidence_verifications"]
+    queries = lake.read_table("retrieval_queries", "sample")
+    chunked = set(lake.read_table("chunks", "sample")["paper_id"])
+    assert rows.height == queries.filter(pl.col("paper_id").is_in(chunked)).height
+    assert requests == rows.height  # one model request per claim
+    assert set(rows["verifier"]) == {"loopback"} and set(rows["retriever"]) == {"hybrid"}
+    assert (rows["evidence_chunk_ids"].list.len() == 3).all()
+    # Labels are normalised (Contradicted -> Not Supported); an unparseable answer is never turned into one.
+    assert set(rows["label"].drop_nulls()) <= {"Supported", "Not Supported"}
+    unparsed = rows.filter(~pl.col("parse_ok"))
+    assert unparsed.height >= 1 and unparsed["label"].null_count() == unparsed.height
+    _, ledger = lake.query("select call_id, prompt_id, prompt_hash, model, error from llm_calls")
+    by_id = {row[0]: row for row in ledger}
+    assert set(rows["call_id"]) <= set(by_id)
+    assert all(by_id[c][1] == "verify" and len(by_id[c][2]) == 64 and by_id[c][4] is None for c in rows["call_id"])
+
+
+def test_rebuild_with_nothing_changed_makes_zero_model_calls(verified):
+    _, second, tables, lake, requests_first, requests_second, segments = verified
+    assert second.success
+    assert requests_second == requests_first
+    assert lake.read_table("evidence_verifications", "sample").equals(tables["evidence_verifications"])
+    assert sorted((lake.root / "llm_calls").glob("*.parquet"))[: len(segments)] == segments  # append-only
+    metadata = [e.event_specific_data.materialization.metadata for e in second.all_events
+                if e.is_step_materialization and e.asset_key == dg.AssetKey("evidence_verifications")][0]
+    assert metadata["calls_made"].value == 0 and metadata["cache_hits"].value == tables["evidence_verifications"].height
+
+
+def test_llm_usage_summarises_the_ledger(verified):
+    _, _, tables, _, _, _, _ = verified
+    usage = tables["llm_usage"].row(0, named=True)
+    rows = tables["evidence_verifications"]
+    assert (usage["model"], usage["role"], usage["prompt_id"]) == ("loopback", "verifiers", "verify")
+    assert usage["calls"] == rows.height
+    assert usage["parse_failures"] == rows.filter(~pl.col("parse_ok")).height
+    assert usage["tokens_in"] > 0 and usage["cost_usd"] == pytest.approx(
+        (usage["tokens_in"] * 1.0 + usage["tokens_out"] * 2.0) / 1e6)
+
+
+def test_missing_api_key_fails_before_any_call(tmp_path, monkeypatch):
+    with ScriptedOpenAIServer(responder=verdict) as server:
+        monkeypatch.setenv("PEERIFY_MODELS_FILE", str(models_file(tmp_path, server.base_url)))
+        monkeypatch.delenv("LOOPBACK_API_KEY", raising=False)
+        result = materialise(tmp_path, dg.DagsterInstance.ephemeral())
+        assert not result.success
+        failure = [e for e in result.all_events if e.is_step_failure][0]
+        assert "LOOPBACK_API_KEY" in str(failure.event_specific_data.error)
+        assert server.request_count == 0
