@@ -3,7 +3,7 @@
 
 import dagster as dg
 
-from assets import embeddings, forum_tables, ingestion, manuscript_pdfs, manuscripts, retrieval, verification
+from assets import embeddings, forum_tables, ingestion, manuscript_pdfs, manuscripts, reports, retrieval, verification
 from peerify_dagster.partitions import venue_partitions
 from peerify_dagster.resources.dagster_resources import (
     DEFAULT_LAKE,
@@ -17,7 +17,9 @@ from peerify_dagster.resources.dagster_resources import (
     VenueRegistryResource,
 )
 
-all_assets = dg.load_assets_from_modules([ingestion, forum_tables, manuscript_pdfs, manuscripts, embeddings, retrieval, verification])
+all_assets = dg.load_assets_from_modules(
+    [ingestion, forum_tables, manuscript_pdfs, manuscripts, embeddings, retrieval, verification, reports]
+)
 
 build_venue_job = dg.define_asset_job(
     "build_venue",

@@ -1,9 +1,8 @@
-"""The whole asset graph on the sample venue (the `build_venue` job as `make demo` runs it), and the same graph
+"""The whole asset graph on the sample venue (what `make demo` builds), and the same graph
 on a copy of the sample whose PDFs were replaced by encrypted, image-only and zero-page files."""
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 
@@ -11,50 +10,22 @@ import dagster as dg
 import polars as pl
 import pytest
 
-from peerify_dagster.definitions import build_resources, build_venue_job, defs
-from peerify_dagster.partitions import venue_partitions
-from peerify_dagster.resources.dagster_resources import VenueRegistryResource
 from peerify_dagster.resources.lake import Lake
 from tests.fixtures_pdf import encrypted_paper, image_only_paper, zero_page_pdf
+from tests.support import SAMPLE, materialise, materialization_metadata, sample_registry
 
-REPO = Path(__file__).resolve().parents[1]
-SAMPLE_DIR = REPO / "peerify_dagster" / "sample_venue"
-
-
-WITHOUT_LLM = dg.define_asset_job("without_llm", partitions_def=venue_partitions,
-                                  selection=dg.AssetSelection.all() - dg.AssetSelection.groups("verification"))
-
-
-def build(key: str, registry: Path, lake_root: Path, instance: dg.DagsterInstance,
-          job_def: dg.UnresolvedAssetJobDefinition = build_venue_job) -> dg.ExecuteInProcessResult:
-    if not instance.has_dynamic_partition(venue_partitions.name, key):
-        instance.add_dynamic_partitions(venue_partitions.name, [key])
-    job = dg.Definitions(
-        assets=list(defs.assets), jobs=[job_def],
-        resources=build_resources(str(lake_root), venue_registry=VenueRegistryResource(path=str(registry))),
-    ).resolve_job_def(job_def.name)
-    return job.execute_in_process(partition_key=key, instance=instance, raise_on_error=False)
-
-
-def registry_for(folder: Path, snapshot: Path) -> Path:
-    path = folder / "venues.yaml"
-    path.write_text(
-        "venues:\n  sample:\n    openreview_id: PeerifySample.cc/2026/Workshop\n    source: snapshot\n"
-        f"    snapshot: {json.dumps(str(snapshot))}\n    gold_claims: {json.dumps(str(SAMPLE_DIR / 'claim_key.yaml'))}\n"
-        "    seed: 20260110\n"
-    )
-    return path
+WITHOUT_LLM = dg.AssetSelection.all() - dg.AssetSelection.groups("verification", "reports")
 
 
 @pytest.fixture(scope="module")
 def sample_graph(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("graph")
-    registry = registry_for(tmp, SAMPLE_DIR / "snapshot")
+    registry = sample_registry(tmp)
     instance = dg.DagsterInstance.ephemeral()
-    first = build("sample", registry, tmp / "lake", instance)
+    first = materialise("sample", registry, tmp / "lake", instance)
     tables = {t: Lake(tmp / "lake").read_table(t, "sample")
               for t in ("chunks", "chunk_embeddings", "retrieval_runs", "evidence_verifications")}
-    second = build("sample", registry, tmp / "lake", instance)
+    second = materialise("sample", registry, tmp / "lake", instance)
     return first, second, tables, Lake(tmp / "lake")
 
 
@@ -89,11 +60,6 @@ def test_chunks_and_stats(sample_graph):
     assert all(cid.startswith(f"{pid}:") for cid, pid in zip(chunks["chunk_id"], chunks["paper_id"]))
     assert (chunks["word_count"] > 0).all()
     assert {"paragraph", "caption", "table", "appendix", "reference"} <= set(chunks["kind"])
-
-
-def materialization_metadata(result: dg.ExecuteInProcessResult, asset: str, key: str):
-    return [e.event_specific_data.materialization.metadata[key].value
-            for e in result.all_events if e.is_step_materialization and e.asset_key == dg.AssetKey(asset)]
 
 
 def test_rebuild_embeds_nothing_calls_no_model_and_is_identical(sample_graph):
@@ -136,14 +102,14 @@ def test_retrieval_runs_and_metrics(sample_graph):
 
 def test_unparseable_pdfs_are_recorded_and_the_rest_completes(tmp_path):
     snapshot = tmp_path / "snapshot"
-    shutil.copytree(SAMPLE_DIR / "snapshot", snapshot)
+    shutil.copytree(SAMPLE, snapshot)
     papers = sorted(p.stem for p in (snapshot / "pdfs").glob("*.pdf"))
     broken = {papers[0]: (encrypted_paper(), "encrypted"), papers[1]: (image_only_paper(), "no_text_layer"),
               papers[2]: (zero_page_pdf(), "zero_pages")}
     for paper, (data, _) in broken.items():
         (snapshot / "pdfs" / f"{paper}.pdf").write_bytes(data)
-    result = build("sample", registry_for(tmp_path, snapshot), tmp_path / "lake", dg.DagsterInstance.ephemeral(),
-                   WITHOUT_LLM)
+    result = materialise("sample", sample_registry(tmp_path, snapshot), tmp_path / "lake",
+                         dg.DagsterInstance.ephemeral(), WITHOUT_LLM)
     assert result.success
     lake = Lake(tmp_path / "lake")
     errors = {r["paper_id"]: r for r in lake.read_table("parse_errors", "sample").iter_rows(named=True)}
@@ -170,3 +136,12 @@ def test_local_model_verifies_every_claim_with_evidence(sample_graph):
     usage = lake.read_table("llm_usage", "sample").row(0, named=True)
     assert usage["calls"] == rows.height and usage["tokens_in"] > 0 and usage["cost_usd"] == 0.0
     assert materialization_metadata(first, "evidence_verifications", "calls_made") == [rows.height]
+
+
+def test_venue_report_writes_png_figures(sample_graph):
+    _, _, _, lake = sample_graph
+    report = lake.read_table("venue_report", "sample")
+    assert set(report["figure"]) == {"retrieval_metrics.png", "chunk_words.png", "verifier_smollm2-135m.png"}
+    for path in report["path"]:
+        data = Path(path).read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000

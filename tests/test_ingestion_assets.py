@@ -10,40 +10,20 @@ import dagster as dg
 import polars as pl
 import pytest
 
-from assets import forum_tables, ingestion, manuscript_pdfs
-from peerify_dagster.definitions import build_resources, defs
+from peerify_dagster.definitions import defs
 from peerify_dagster.partitions import venue_partitions
-from peerify_dagster.resources.dagster_resources import OpenReviewResource, VenueRegistryResource
+from peerify_dagster.resources.dagster_resources import OpenReviewResource
 from peerify_dagster.resources.lake import Lake
 from peerify_dagster.resources.openreview import SnapshotReader
 from peerify_dagster.testing.openreview_server import FakeOpenReviewServer, FaultRule
+from tests.support import SAMPLE, materialise, sample_registry, write_registry
 
-SAMPLE = Path(__file__).resolve().parents[1] / "peerify_dagster" / "sample_venue" / "snapshot"
-ASSETS = dg.load_assets_from_modules([ingestion, forum_tables, manuscript_pdfs])
+INGESTION = dg.AssetSelection.groups("ingestion", "forum_tables")
 TABLES = [
     "paper_sample", "raw_openreview_notes", "forum_crawl_log", "submissions", "reviews", "author_responses",
     "reviewer_followups", "decisions", "meta_reviews", "review_threads", "note_errors", "manuscript_pdfs",
     "ingest_errors",
 ]
-
-
-def write_registry(folder: Path, key: str, **entry) -> Path:
-    path = folder / "venues.yaml"
-    lines = ["venues:", f"  {key}:"] + [f"    {k}: {json.dumps(v)}" for k, v in entry.items()]
-    path.write_text("\n".join(lines) + "\n")
-    return path
-
-
-def materialise(key: str, registry: Path, lake_root: Path, instance: dg.DagsterInstance,
-                openreview: OpenReviewResource | None = None, refetch: bool = False) -> dg.ExecuteInProcessResult:
-    if not instance.has_dynamic_partition(venue_partitions.name, key):
-        instance.add_dynamic_partitions(venue_partitions.name, [key])
-    resources = build_resources(str(lake_root), venue_registry=VenueRegistryResource(path=str(registry)),
-                                openreview=openreview or OpenReviewResource())
-    return dg.materialize(
-        ASSETS, instance=instance, partition_key=key, resources=resources, raise_on_error=False,
-        run_config={"ops": {"raw_openreview_notes": {"config": {"refetch": refetch}}}},
-    )
 
 
 def sample_forums() -> dict[str, dict]:
@@ -66,13 +46,12 @@ def failed_checks(result: dg.ExecuteInProcessResult) -> list[str]:
 @pytest.fixture(scope="module")
 def sample_build(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("sample")
-    registry = write_registry(tmp, "sample", openreview_id="PeerifySample.cc/2026/Workshop", source="snapshot",
-                              snapshot=str(SAMPLE), seed=20260110)
+    registry = sample_registry(tmp)
     lake_root = tmp / "lake"
     instance = dg.DagsterInstance.ephemeral()
-    first = materialise("sample", registry, lake_root, instance)
+    first = materialise("sample", registry, lake_root, instance, INGESTION)
     snapshot_first = {t: Lake(lake_root).read_table(t, "sample") for t in TABLES}
-    second = materialise("sample", registry, lake_root, instance)
+    second = materialise("sample", registry, lake_root, instance, INGESTION)
     return first, second, snapshot_first, Lake(lake_root)
 
 
@@ -165,7 +144,7 @@ def test_crawl_with_faults_then_resume(tmp_path):
     key = "PeerifySample.cc/2026/Workshop"
     with FakeOpenReviewServer(SAMPLE, faults=faults, page_size=3) as server:
         registry.write_text(registry.read_text() + f"    api_url: {json.dumps(server.url)}\n")
-        first = materialise(key, registry, lake_root, instance, client_policy)
+        first = materialise(key, registry, lake_root, instance, INGESTION, client_policy)
         assert first.success
         lake = Lake(lake_root)
         errors = lake.read_table("ingest_errors", key)
@@ -182,7 +161,7 @@ def test_crawl_with_faults_then_resume(tmp_path):
         assert by_id(landed.forum(rate_limited).notes) == by_id(sample_forums()[rate_limited]["notes"])
 
         before = len(server.requests)
-        second = materialise(key, registry, lake_root, instance, client_policy)
+        second = materialise(key, registry, lake_root, instance, INGESTION, client_policy)
         assert second.success
         forum_requests = [r for r in server.requests[before:] if r.path == "/notes" and "forum" in r.params]
         assert {r.params["forum"] for r in forum_requests} == {broken, malformed}  # stored forums are not re-fetched
@@ -208,7 +187,7 @@ def test_partition_write_is_atomic(tmp_path):
 
 def test_unregistered_venue_fails_clearly(tmp_path):
     registry = write_registry(tmp_path, "sample", source="snapshot", snapshot=str(SAMPLE), seed=1)
-    result = materialise("Nope.cc/2026", registry, tmp_path / "lake", dg.DagsterInstance.ephemeral())
+    result = materialise("Nope.cc/2026", registry, tmp_path / "lake", dg.DagsterInstance.ephemeral(), INGESTION)
     assert not result.success
     failure = [e for e in result.all_events if e.is_step_failure][0]
     assert "Nope.cc/2026" in str(failure.event_specific_data.error)

@@ -11,16 +11,11 @@ import dagster as dg
 import polars as pl
 import pytest
 
-from assets import embeddings, forum_tables, ingestion, manuscript_pdfs, manuscripts, retrieval, verification
-from peerify_dagster.definitions import build_resources
-from peerify_dagster.partitions import venue_partitions
-from peerify_dagster.resources.dagster_resources import VenueRegistryResource
 from peerify_dagster.resources.lake import Lake
 from peerify_dagster.testing.openai_server import ScriptedOpenAIServer
+from tests.support import materialise, materialization_metadata, sample_registry
 
-SAMPLE_DIR = Path(__file__).resolve().parents[1] / "peerify_dagster" / "sample_venue"
-ASSETS = dg.load_assets_from_modules([ingestion, forum_tables, manuscript_pdfs, manuscripts, embeddings, retrieval,
-                                      verification])
+UP_TO_VERIFICATION = dg.AssetSelection.all() - dg.AssetSelection.groups("reports")
 
 
 def verdict(request) -> str:
@@ -43,17 +38,8 @@ def models_file(folder: Path, base_url: str) -> Path:
     return path
 
 
-def materialise(tmp: Path, instance: dg.DagsterInstance) -> dg.ExecuteInProcessResult:
-    registry = tmp / "venues.yaml"
-    registry.write_text(
-        "venues:\n  sample:\n    source: snapshot\n"
-        f"    snapshot: {json.dumps(str(SAMPLE_DIR / 'snapshot'))}\n"
-        f"    gold_claims: {json.dumps(str(SAMPLE_DIR / 'claim_key.yaml'))}\n    seed: 1\n"
-    )
-    if not instance.has_dynamic_partition(venue_partitions.name, "sample"):
-        instance.add_dynamic_partitions(venue_partitions.name, ["sample"])
-    resources = build_resources(str(tmp / "lake"), venue_registry=VenueRegistryResource(path=str(registry)))
-    return dg.materialize(ASSETS, instance=instance, partition_key="sample", resources=resources, raise_on_error=False)
+def materialise_sample(tmp: Path, instance: dg.DagsterInstance) -> dg.ExecuteInProcessResult:
+    return materialise("sample", sample_registry(tmp), tmp / "lake", instance, UP_TO_VERIFICATION)
 
 
 @pytest.fixture(scope="module")
@@ -63,12 +49,12 @@ def verified(tmp_path_factory):
         env.setenv("PEERIFY_MODELS_FILE", str(models_file(tmp, server.base_url)))
         env.setenv("LOOPBACK_API_KEY", "test-key")
         instance = dg.DagsterInstance.ephemeral()
-        first = materialise(tmp, instance)
+        first = materialise_sample(tmp, instance)
         requests_after_first = server.request_count
         lake = Lake(tmp / "lake")
         tables = {t: lake.read_table(t, "sample") for t in ("evidence_verifications", "llm_usage")}
         segments = sorted((tmp / "lake" / "llm_calls").glob("*.parquet"))
-        second = materialise(tmp, instance)
+        second = materialise_sample(tmp, instance)
         yield first, second, tables, lake, requests_after_first, server.request_count, segments
 
 
@@ -98,9 +84,9 @@ def test_rebuild_with_nothing_changed_makes_zero_model_calls(verified):
     assert requests_second == requests_first
     assert lake.read_table("evidence_verifications", "sample").equals(tables["evidence_verifications"])
     assert sorted((lake.root / "llm_calls").glob("*.parquet"))[: len(segments)] == segments  # append-only
-    metadata = [e.event_specific_data.materialization.metadata for e in second.all_events
-                if e.is_step_materialization and e.asset_key == dg.AssetKey("evidence_verifications")][0]
-    assert metadata["calls_made"].value == 0 and metadata["cache_hits"].value == tables["evidence_verifications"].height
+    assert materialization_metadata(second, "evidence_verifications", "calls_made") == [0]
+    assert materialization_metadata(second, "evidence_verifications", "cache_hits") == [
+        tables["evidence_verifications"].height]
 
 
 def test_llm_usage_summarises_the_ledger(verified):
@@ -118,7 +104,7 @@ def test_missing_api_key_fails_before_any_call(tmp_path, monkeypatch):
     with ScriptedOpenAIServer(responder=verdict) as server:
         monkeypatch.setenv("PEERIFY_MODELS_FILE", str(models_file(tmp_path, server.base_url)))
         monkeypatch.delenv("LOOPBACK_API_KEY", raising=False)
-        result = materialise(tmp_path, dg.DagsterInstance.ephemeral())
+        result = materialise_sample(tmp_path, dg.DagsterInstance.ephemeral())
         assert not result.success
         failure = [e for e in result.all_events if e.is_step_failure][0]
         assert "LOOPBACK_API_KEY" in str(failure.event_specific_data.error)
