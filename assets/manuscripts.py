@@ -1,6 +1,7 @@
 """Stage 3, manuscripts to evidence units: parse the stored PDFs with Docling and cut section-aware chunks."""
 
 import json
+from pathlib import Path
 
 import dagster as dg
 import polars as pl
@@ -9,8 +10,9 @@ from peerify_dagster.domain.chunking import Chunk, chunk_document
 from peerify_dagster.domain.chunking import chunk_stats as compute_chunk_stats
 from peerify_dagster.domain.layout import LAYOUT_VERSION, Block
 from peerify_dagster.partitions import venue_partitions
-from peerify_dagster.resources.dagster_resources import DocumentParserResource, LakeResource
+from peerify_dagster.resources.dagster_resources import DocumentParserResource, LakeResource, VenueRegistryResource
 from peerify_dagster.resources.document_parser import ManuscriptParseError
+from peerify_dagster.resources.openreview import SnapshotReader
 
 PARSING_CODE_VERSION = f"parsing-v1-layout-{LAYOUT_VERSION}"
 CHUNKING_CODE_VERSION = "chunking-v1"
@@ -49,29 +51,36 @@ CHUNK_SCHEMA = {
     },
 )
 def parsed_manuscripts(context: dg.AssetExecutionContext, manuscript_pdfs: pl.DataFrame, lake: LakeResource,
-                       document_parser: DocumentParserResource):
-    """Parse every stored PDF; a manuscript that fails is recorded in `parse_errors` and the others complete."""
+                       venue_registry: VenueRegistryResource, document_parser: DocumentParserResource):
+    """Parse every stored PDF, and, for papers without one, an HTML / Markdown / text manuscript the venue provides
+    (`manuscripts/<forum>.<ext>` in its snapshot); a manuscript that fails is recorded in `parse_errors` and the
+    others complete."""
     parser = document_parser.parser()
     root = lake.lake().root
-    ok = manuscript_pdfs.filter(pl.col("status") == "ok")
+    reader = SnapshotReader(venue_registry.snapshot_dir(venue_registry.venue(context.partition_key), lake.lake()))
+    sources: list[tuple[str, Path, str | None]] = []  # (paper id, file, pdf sha256)
+    for row in manuscript_pdfs.iter_rows(named=True):
+        if row["status"] == "ok":
+            sources.append((row["paper_id"], root / row["lake_path"], row["sha256"]))
+        elif (text := reader.text_manuscript(row["paper_id"])) is not None:
+            sources.append((row["paper_id"], text, None))
     parsed, errors = [], []
-    for done, row in enumerate(ok.iter_rows(named=True), start=1):
+    for done, (paper_id, path, pdf_sha256) in enumerate(sources, start=1):
         try:
-            document = parser.parse(root / row["lake_path"], source_name=f"{row['paper_id']}.pdf",
-                                    mime="application/pdf", paper_id=row["paper_id"])
+            document = parser.parse(path, source_name=f"{paper_id}{path.suffix}", paper_id=paper_id)
         except ManuscriptParseError as exc:
             context.log.warning(str(exc))
-            errors.append({"venue": context.partition_key, "paper_id": row["paper_id"], "reason": exc.reason,
+            errors.append({"venue": context.partition_key, "paper_id": paper_id, "reason": exc.reason,
                            "message": str(exc)})
             continue
         parsed.append({
-            "venue": context.partition_key, "paper_id": row["paper_id"], "pdf_sha256": row["sha256"],
+            "venue": context.partition_key, "paper_id": paper_id, "pdf_sha256": pdf_sha256,
             "parser": document.parser, "parser_version": document.parser_version,
             "options_json": json.dumps(document.options, sort_keys=True, default=str),
             "pages": document.pages, "n_blocks": len(document.blocks),
             "blocks": [vars(b) for b in document.blocks],
         })
-        context.log.info(f"parsed {done}/{ok.height}: {row['paper_id']} ({document.pages} pages, {document.parser})")
+        context.log.info(f"parsed {done}/{len(sources)}: {paper_id} ({document.pages} pages, {document.parser})")
     frame = pl.DataFrame(parsed, schema=PARSED_SCHEMA)
     yield dg.Output(frame, output_name="parsed_manuscripts",
                     metadata={"pages_parsed": int(frame["pages"].sum() or 0), "failed": len(errors)})

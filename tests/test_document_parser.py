@@ -264,3 +264,16 @@ def test_sample_venue_headings_and_evidence_survive_parsing_and_chunking(parser:
             assert evidence["section"] in holders[0].section_path, f"{claim['id']}: wrong section {holders[0].section_path}"
             checked_evidence += 1
     assert checked_evidence or not claims
+
+
+def test_markdown_top_level_sections_are_headings_not_titles():
+    markdown = (
+        b"# A Study of Things\n\n# 1 Introduction\n\nWe study things in depth here.\n\n"
+        b"# 2 Method\n\nOur method counts the things.\n\n## 2.1 Counting\n\nCounting is done twice.\n"
+    )
+    document = DocumentParser().parse(markdown, source_name="paper.md", paper_id="p1")
+    kinds = [(b.kind, b.text) for b in document.blocks if b.kind in ("title", "heading")]
+    assert kinds == [("title", "A Study of Things"), ("heading", "1 Introduction"), ("heading", "2 Method"),
+                     ("heading", "2.1 Counting")]
+    counting = [b for b in document.blocks if b.text == "Counting is done twice."][0]
+    assert counting.section_path == ["2 Method", "2.1 Counting"]

@@ -108,6 +108,10 @@ def test_unparseable_pdfs_are_recorded_and_the_rest_completes(tmp_path):
               papers[2]: (zero_page_pdf(), "zero_pages")}
     for paper, (data, _) in broken.items():
         (snapshot / "pdfs" / f"{paper}.pdf").write_bytes(data)
+    # The paper without a PDF is provided by the venue as a Markdown manuscript instead.
+    without_pdf = sorted(p.stem for p in (snapshot / "forums").glob("*.json") if p.stem not in papers)[0]
+    (snapshot / "manuscripts").mkdir()
+    shutil.copy(SAMPLE.parent / "manuscripts" / f"{without_pdf}.md", snapshot / "manuscripts" / f"{without_pdf}.md")
     result = materialise("sample", sample_registry(tmp_path, snapshot), tmp_path / "lake",
                          dg.DagsterInstance.ephemeral(), WITHOUT_LLM)
     assert result.success
@@ -115,7 +119,13 @@ def test_unparseable_pdfs_are_recorded_and_the_rest_completes(tmp_path):
     errors = {r["paper_id"]: r for r in lake.read_table("parse_errors", "sample").iter_rows(named=True)}
     assert {p: errors[p]["reason"] for p in broken} == {p: reason for p, (_, reason) in broken.items()}
     assert all(p in errors[p]["message"] for p in broken)
-    assert set(lake.read_table("chunks", "sample")["paper_id"]) == {papers[3]}
+    parsed = lake.read_table("parsed_manuscripts", "sample")
+    assert dict(zip(parsed["paper_id"], parsed["parser"])) == {papers[3]: "docling-native",
+                                                                without_pdf: "docling-markdown"}
+    chunks = lake.read_table("chunks", "sample")
+    assert set(chunks["paper_id"]) == {papers[3], without_pdf}
+    markdown_sections = {s for s, p in zip(chunks["section"], chunks["paper_id"]) if p == without_pdf}
+    assert {"2 Model", "3 Training setup"} <= markdown_sections
     runs = lake.read_table("retrieval_runs", "sample")
     assert set(runs.filter(pl.col("status") == "no_chunks")["paper_id"]) >= set(broken)
 

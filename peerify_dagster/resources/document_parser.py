@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
@@ -46,9 +47,12 @@ from peerify_dagster.domain.layout import (
 )
 
 ParserName = Literal[
-    "docling-layout", "docling-native", "docling-parse", "docling-html", "docling-markdown", "plain-text"
+    "docling-layout", "docling-native", "docling-html", "docling-markdown", "plain-text"
 ]
 SourceFormat = Literal["pdf", "html", "markdown", "text"]
+# "3 Method", "3.2 Setup": a numbered section, never a document title ("A ..." is ambiguous: an appendix
+# letter or an article, so lettered headings are told apart by position instead).
+_NUMBERED_HEADING = re.compile(r"^\d+(\.\d+)*\.?\s+\S")
 
 _FORMAT_BY_HINT: dict[str, SourceFormat] = {
     "application/pdf": "pdf",
@@ -195,7 +199,11 @@ def _elements_from_docling(document: Any) -> list[LayoutElement]:
                 elements.append(LayoutElement("paragraph", text, page_of(parts[0]) if parts else 1))
             continue
         if isinstance(item, TitleItem):
-            elements.append(LayoutElement("title", item.text, page_of(item)))
+            # Markdown makes every `#` line a title; the document's title is the first unnumbered one,
+            # every other is a top-level section.
+            is_title = not _NUMBERED_HEADING.match(item.text) and not any(e.kind == "title" for e in elements)
+            elements.append(LayoutElement("title", item.text, page_of(item)) if is_title
+                            else LayoutElement("heading", item.text, page_of(item), level_hint=1))
         elif isinstance(item, SectionHeaderItem):
             elements.append(LayoutElement("heading", item.text, page_of(item), level_hint=item.level))
         elif isinstance(item, TableItem):

@@ -24,6 +24,7 @@ from peerify_dagster.domain.forum_tables import ForumNotes
 from peerify_dagster.domain.pdfs import PdfProblem, inspect_pdf
 
 RETRY_STATUSES = (429, 500, 502, 503, 504)
+TEXT_MANUSCRIPT_EXTENSIONS = ("html", "md", "txt")
 
 
 def now_ms() -> int:
@@ -185,6 +186,14 @@ class SnapshotReader:
     def pdf_bytes(self, forum_id: str) -> bytes | None:
         path = self.folder / "pdfs" / f"{forum_id}.pdf"
         return path.read_bytes() if path.exists() else None
+
+    def text_manuscript(self, forum_id: str) -> Path | None:
+        """A manuscript the venue provides as HTML, Markdown or plain text (`manuscripts/<forum>.<ext>`)."""
+        for extension in TEXT_MANUSCRIPT_EXTENSIONS:
+            path = self.folder / "manuscripts" / f"{forum_id}.{extension}"
+            if path.exists():
+                return path
+        return None
 
 
 def _first_review_cdate(notes: list[Any]) -> int | None:
