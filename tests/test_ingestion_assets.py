@@ -4,7 +4,7 @@ real openreview-py client against the loopback API server (with injected faults)
 from __future__ import annotations
 
 import json
-from pathlib import Path
+import shutil
 
 import dagster as dg
 import polars as pl
@@ -137,12 +137,20 @@ def test_crawl_with_faults_then_resume(tmp_path):
         FaultRule(path="/references/pdf", params={"id": _edit_id(not_a_pdf)}, action="body", body=b"<html>nope</html>",
                   content_type="application/pdf", times=1),
     ]
+    # The served venue carries one malformed note (a content field not wrapped in {"value": ...}).
+    served = tmp_path / "served"
+    shutil.copytree(SAMPLE, served)
+    forum_file = served / "forums" / f"{rate_limited}.json"
+    record = json.loads(forum_file.read_text())
+    bad_note = {**record["notes"][-1], "id": "BadNote001", "content": {"comment": "not wrapped"}}
+    record["notes"].append(bad_note)
+    forum_file.write_text(json.dumps(record))
     registry = write_registry(tmp_path, "PeerifySample.cc/2026/Workshop", source="api", seed=20260110)
     lake_root = tmp_path / "lake"
     client_policy = OpenReviewResource(timeout_s=1.0, retries=2, backoff_s=0.01)
     instance = dg.DagsterInstance.ephemeral()
     key = "PeerifySample.cc/2026/Workshop"
-    with FakeOpenReviewServer(SAMPLE, faults=faults, page_size=3) as server:
+    with FakeOpenReviewServer(served, faults=faults, page_size=3) as server:
         registry.write_text(registry.read_text() + f"    api_url: {json.dumps(server.url)}\n")
         first = materialise(key, registry, lake_root, instance, INGESTION, client_policy)
         assert first.success
@@ -154,11 +162,14 @@ def test_crawl_with_faults_then_resume(tmp_path):
         assert by_forum[("pdf", hanging_pdf)] == "timeout"
         assert by_forum[("pdf", not_a_pdf)] == "not_a_pdf"
         assert ("crawl", rate_limited) not in by_forum  # the 429 burst was ridden through
+        bad = errors.filter(pl.col("note_id") == "BadNote001").row(0, named=True)
+        assert (bad["stage"], bad["reason"], bad["forum_id"]) == ("note", "malformed_note", rate_limited)
+        assert "BadNote001" in bad["message"] and "not wrapped" in bad["message"]
         submissions = lake.read_table("submissions", key)
         assert set(submissions["paper_id"]) == set(forums) - {broken, malformed}
         landed = SnapshotReader(lake_root / "snapshots" / key.replace("/", "__"))
         by_id = lambda notes: sorted(notes, key=lambda n: n["id"])  # noqa: E731 - the API pages in id order
-        assert by_id(landed.forum(rate_limited).notes) == by_id(sample_forums()[rate_limited]["notes"])
+        assert by_id(landed.forum(rate_limited).notes) == by_id(record["notes"])  # landed exactly as served
 
         before = len(server.requests)
         second = materialise(key, registry, lake_root, instance, INGESTION, client_policy)
