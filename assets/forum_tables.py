@@ -1,7 +1,6 @@
 """Stage 2, typed tables: submissions, reviews, author responses, reviewer follow-ups, decisions,
 meta-reviews and review threads, built from the raw notes, with their data-quality checks."""
 
-
 import json
 from collections import defaultdict
 

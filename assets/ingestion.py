@@ -1,6 +1,5 @@
 """Stage 1, ingestion: sample a venue's papers and land their OpenReview forums as raw notes."""
 
-
 import json
 
 import dagster as dg

@@ -1,6 +1,5 @@
 """Stage 1, ingestion: manuscript PDFs, stored content-addressed in the lake, plus the errors table."""
 
-
 import dagster as dg
 import polars as pl
 

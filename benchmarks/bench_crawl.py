@@ -48,7 +48,7 @@ def main() -> None:
     assert all(o.status == "fetched" for o in outcomes) and all(o.status == "stored" for o in resumed)
     n_pdfs = sum(p.status == "fetched" for p in pdfs)
     forum_s = forums_done - listed
-    print(f"| forums | notes | list submissions (s) | forums/s | notes/s | PDFs/s | resumed pass (forums/s) | peak RSS (MiB) |")
+    print("| forums | notes | list submissions (s) | forums/s | notes/s | PDFs/s | resumed pass (forums/s) | peak RSS (MiB) |")
     print("|---|---|---|---|---|---|---|---|")
     print(
         f"| {len(ids)} | {n_notes} | {listed - started:.2f} | {len(ids) / forum_s:.1f} | {n_notes / forum_s:.0f} "

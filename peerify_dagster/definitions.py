@@ -1,6 +1,5 @@
 """The code location: one Definitions object with every asset, check, resource, job, schedule and sensor."""
 
-
 import dagster as dg
 
 from assets import embeddings, forum_tables, ingestion, manuscript_pdfs, manuscripts, reports, retrieval, verification
