@@ -7,7 +7,7 @@ from assets.ingestion import INGESTION_CODE_VERSION, CrawlConfig, crawler_for
 from peerify_dagster.domain.pdfs import PdfProblem, inspect_pdf
 from peerify_dagster.partitions import venue_partitions
 from peerify_dagster.resources.dagster_resources import LakeResource, OpenReviewResource, VenueRegistryResource
-from peerify_dagster.resources.openreview import write_atomic
+from peerify_dagster.resources.files import write_atomic
 
 PDF_SCHEMA = {
     "venue": pl.String, "paper_id": pl.String, "status": pl.String, "reason": pl.String, "message": pl.String,

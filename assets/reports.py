@@ -7,8 +7,8 @@ from peerify_dagster.domain import plots
 from peerify_dagster.domain.labels import LABELS
 from peerify_dagster.partitions import venue_partitions
 from peerify_dagster.resources.dagster_resources import LakeResource
+from peerify_dagster.resources.files import write_atomic
 from peerify_dagster.resources.lake import partition_slug
-from peerify_dagster.resources.openreview import write_atomic
 
 REPORT_SCHEMA = {"venue": pl.String, "figure": pl.String, "path": pl.String, "description": pl.String}
 

@@ -16,6 +16,7 @@ from peerify_dagster.resources.dagster_resources import (
     RetrievalResource,
     VenueRegistryResource,
 )
+
 RETRIEVAL_CODE_VERSION = "retrieval-v1"
 
 QUERY_SCHEMA = {

