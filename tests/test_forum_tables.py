@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 
 import pytest
 
@@ -15,16 +13,6 @@ from tests.notes_factory import VENUE, neurips_style_forum, note
 
 def _tables(forum_notes: list, forum_id: str = "P1"):
     return build_tables(VENUE, [ForumNotes(forum_id, forum_notes)]).rows
-
-
-def test_domain_does_not_import_dagster():
-    code = (
-        "import sys, pkgutil, importlib, peerify_dagster.domain as d\n"
-        "for m in pkgutil.iter_modules(d.__path__): importlib.import_module('peerify_dagster.domain.' + m.name)\n"
-        "print('dagster' in sys.modules)"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "False"
 
 
 @pytest.mark.parametrize(
