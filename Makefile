@@ -29,8 +29,9 @@ demo: install $(DAGSTER_HOME)/dagster.yaml
 test: install
 	$(VENV)/bin/pytest -q
 
-## dev: the Dagster UI with the asset graph
+## dev: the Dagster UI with the asset graph; `peerify recover` first fails runs whose process died, frees their slots
 dev: install $(DAGSTER_HOME)/dagster.yaml
+	$(VENV)/bin/peerify recover
 	$(VENV)/bin/dagster dev -w workspace.yaml
 
 validate: install

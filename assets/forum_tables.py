@@ -1,5 +1,5 @@
-"""Stage 2, typed tables: submissions, reviews, author responses, reviewer follow-ups, decisions,
-meta-reviews and review threads, built from the raw notes, with their data-quality checks."""
+"""Stage 2, typed tables: submissions, reviews, author responses, reviewer follow-ups, chair and public comments,
+decisions, meta-reviews, status notes and review threads, built from the raw notes, with their data-quality checks."""
 
 import json
 from collections import defaultdict
@@ -8,22 +8,30 @@ import dagster as dg
 import polars as pl
 
 from peerify_dagster.domain import quality
-from peerify_dagster.domain.forum_tables import REVIEW_FIELDS, ForumNotes, build_tables
+from peerify_dagster.domain.forum_tables import (
+    LIST_FIELDS, NOTE_TABLES, REVIEW_FIELDS, SCORE_FIELDS, ForumNotes, build_tables, likely_cause_of_empty_tables,
+)
 from peerify_dagster.partitions import venue_partitions
 
-FORUM_TABLES_CODE_VERSION = "forum-tables-v1"
+FORUM_TABLES_CODE_VERSION = "forum-tables-v2"
 
 _TEXT = pl.String
+_COMMENT_COLUMNS = {
+    "venue": _TEXT, "paper_id": _TEXT, "comment_id": _TEXT, "replyto": _TEXT, "review_id": _TEXT, "thread_id": _TEXT,
+    "title": _TEXT, "text": _TEXT, "signatures": pl.List(_TEXT), "cdate": pl.Int64, "mdate": pl.Int64,
+}
 _SCHEMAS: dict[str, dict[str, pl.DataType]] = {
     "submissions": {
         "venue": _TEXT, "paper_id": _TEXT, "number": pl.Int64, "title": _TEXT, "abstract": _TEXT,
-        "keywords": pl.List(_TEXT), "primary_area": _TEXT, "tldr": _TEXT, "venue_label": _TEXT, "decision": _TEXT,
-        "withdrawn": pl.Boolean, "desk_rejected": pl.Boolean, "pdf_url": _TEXT, "cdate": pl.Int64, "mdate": pl.Int64,
+        "keywords": pl.List(_TEXT), "primary_area": _TEXT, "tldr": _TEXT, "venue_label": _TEXT, "venueid": _TEXT,
+        "decision": _TEXT, "decision_text": _TEXT, "decision_source": _TEXT, "withdrawn": pl.Boolean,
+        "desk_rejected": pl.Boolean, "pdf_url": _TEXT, "cdate": pl.Int64, "mdate": pl.Int64,
     },
     "reviews": {
         "venue": _TEXT, "paper_id": _TEXT, "review_id": _TEXT, "reviewer_id": _TEXT, "signatures": pl.List(_TEXT),
-        "cdate": pl.Int64, "mdate": pl.Int64, **{f: _TEXT for f in REVIEW_FIELDS},
-        "rating_score": pl.Int64, "confidence_score": pl.Int64, "extra_fields_json": _TEXT, "review_text": _TEXT,
+        "cdate": pl.Int64, "mdate": pl.Int64,
+        **{f: pl.List(_TEXT) if f in LIST_FIELDS else _TEXT for f in REVIEW_FIELDS},
+        **{f"{f}_score": pl.Int64 for f in SCORE_FIELDS}, "extra_fields_json": _TEXT, "review_text": _TEXT,
     },
     "author_responses": {
         "venue": _TEXT, "paper_id": _TEXT, "response_id": _TEXT, "kind": _TEXT, "invitation": _TEXT, "replyto": _TEXT,
@@ -34,13 +42,19 @@ _SCHEMAS: dict[str, dict[str, pl.DataType]] = {
         "venue": _TEXT, "paper_id": _TEXT, "comment_id": _TEXT, "reviewer_id": _TEXT, "replyto": _TEXT,
         "review_id": _TEXT, "own_review": pl.Boolean, "title": _TEXT, "text": _TEXT, "cdate": pl.Int64,
     },
+    "chair_comments": {**_COMMENT_COLUMNS, "role": _TEXT, "signer_id": _TEXT},
+    "public_comments": _COMMENT_COLUMNS,
     "decisions": {
-        "venue": _TEXT, "paper_id": _TEXT, "decision_id": _TEXT, "decision": _TEXT, "comment": _TEXT,
+        "venue": _TEXT, "paper_id": _TEXT, "decision_id": _TEXT, "decision": _TEXT, "outcome": _TEXT, "comment": _TEXT,
         "signatures": pl.List(_TEXT), "cdate": pl.Int64,
     },
     "meta_reviews": {
         "venue": _TEXT, "paper_id": _TEXT, "meta_review_id": _TEXT, "area_chair_id": _TEXT, "metareview": _TEXT,
         "recommendation": _TEXT, "confidence": _TEXT, "cdate": pl.Int64,
+    },
+    "status_notes": {
+        "venue": _TEXT, "paper_id": _TEXT, "note_id": _TEXT, "kind": _TEXT, "invitation": _TEXT,
+        "signatures": pl.List(_TEXT), "content_json": _TEXT, "cdate": pl.Int64,
     },
     "review_threads": {
         "venue": _TEXT, "paper_id": _TEXT, "review_id": _TEXT, "reviewer_id": _TEXT, "review_text": _TEXT,
@@ -53,23 +67,29 @@ _SCHEMAS: dict[str, dict[str, pl.DataType]] = {
     },
 }
 _DESCRIPTIONS = {
-    "submissions": "One row per chosen paper (paper id = forum id): title, abstract, keywords, decision, withdrawn flag, PDF url.",
-    "reviews": "Official reviews only (never follow-up comments): every content field as a column plus one assembled text; "
-               "reviewer id from the signatures.",
+    "submissions": "One row per chosen paper (paper id = forum id): title, abstract, keywords, the decision (oral, "
+                   "spotlight, poster, accept, reject, withdrawn, desk_rejected) with its text and source (Decision "
+                   "note, else venueid / venue), withdrawn / desk-rejected flags from the current venueid, PDF url.",
+    "reviews": "Official reviews only (never follow-up comments): every content field as a column, an integer "
+               "`<field>_score` for each numeric field, ethics flags as a list, plus one assembled text; reviewer id "
+               "from the signatures.",
     "author_responses": "Author notes: `-/Rebuttal` notes (field `rebuttal`, NeurIPS 2024) and author `Official_Comment`s, "
                         "with the review whose reply tree holds them.",
     "reviewer_followups": "Reviewer comments that are not the original review, with the review thread they belong to.",
-    "decisions": "Program chairs' decisions.",
+    "chair_comments": "`Official_Comment`s of area chairs, senior area chairs and program chairs (`role`), with the "
+                      "note they reply to, the review whose thread holds them and the thread's first note.",
+    "public_comments": "`Public_Comment`s, with the note they reply to, the review whose thread holds them and the "
+                       "thread's first note.",
+    "decisions": "Program chairs' decisions, with the decision text normalised to an outcome.",
     "meta_reviews": "Area chairs' meta-reviews.",
+    "status_notes": "Withdrawal and desk-rejection notes and their reversals.",
     "review_threads": "Per review: the author responses in its reply tree (any depth, time order) and the paper's combined "
                       "author response.",
-    "note_errors": "Notes that could not be used (malformed, unknown invitation, wrong forum), named with the reason.",
+    "note_errors": "Notes that could not be used, named with the reason: malformed, API version of another venue, "
+                   "unknown invitation, unknown signer, missing parent, missing submission, wrong forum.",
 }
-_ID_COLUMNS = {
-    "submissions": "paper_id", "reviews": "review_id", "author_responses": "response_id",
-    "reviewer_followups": "comment_id", "decisions": "decision_id", "meta_reviews": "meta_review_id",
-    "review_threads": "review_id",
-}
+_ID_COLUMNS = {table: column for table, column in NOTE_TABLES.items() if table != "note_errors"} | {
+    "review_threads": "review_id"}
 _TEXT_COLUMNS = {"reviews": "review_text", "author_responses": "text"}
 
 
@@ -88,16 +108,23 @@ def _check_specs() -> list[dg.AssetCheckSpec]:
         for table, column in _TEXT_COLUMNS.items()
     ]
     specs += [
-        dg.AssetCheckSpec("well_formed", asset="submissions", description="title present, PDF path well formed, cdate set"),
-        dg.AssetCheckSpec("well_formed", asset="reviews", description="ratings carry a score, reviewer id present"),
+        dg.AssetCheckSpec("well_formed", asset="submissions",
+                          description="title present, PDF path well formed, cdate set, decision text understood"),
+        dg.AssetCheckSpec("well_formed", asset="reviews", description="numeric fields carry a score, reviewer id present"),
+        dg.AssetCheckSpec("every_note_accounted_for", asset="note_errors", blocking=True,
+                          description="each landed note is in exactly one typed table or in note_errors (older "
+                                      "versions of a note are superseded by its latest); fails with the forum ids"),
+        dg.AssetCheckSpec("raw_notes_typed", asset="submissions", blocking=True,
+                          description="a venue whose raw notes exist has typed rows; fails naming the likely cause"),
     ]
     return specs
 
 
-def _check(table: str, name: str, failing: list[str], severity=dg.AssetCheckSeverity.ERROR) -> dg.AssetCheckResult:
+def _check(table: str, name: str, failing: list[str], severity=dg.AssetCheckSeverity.ERROR,
+           **metadata) -> dg.AssetCheckResult:
     return dg.AssetCheckResult(
         asset_key=table, check_name=name, passed=not failing, severity=severity,
-        metadata={"failing_count": len(failing), "failing_ids": dg.MetadataValue.json(failing[:200])},
+        metadata={"failing_count": len(failing), "failing_ids": dg.MetadataValue.json(failing[:200]), **metadata},
     )
 
 
@@ -110,6 +137,15 @@ def forums_from_raw(raw: pl.DataFrame) -> list[ForumNotes]:
     return [ForumNotes(forum_id=f, notes=notes, fetched_at=fetched[f]) for f, notes in grouped.items()]
 
 
+def placed_notes(frames: dict[str, pl.DataFrame]) -> pl.DataFrame:
+    """(forum_id, note_id, table) for every row of every table that holds notes."""
+    return pl.concat([
+        frames[table].select(pl.col("forum_id" if table == "note_errors" else "paper_id").alias("forum_id"),
+                             pl.col(column).alias("note_id"), pl.lit(table).alias("table"))
+        for table, column in NOTE_TABLES.items()
+    ])
+
+
 @dg.multi_asset(
     partitions_def=venue_partitions,
     group_name="forum_tables",
@@ -120,8 +156,14 @@ def forums_from_raw(raw: pl.DataFrame) -> list[ForumNotes]:
     check_specs=_check_specs(),
 )
 def forum_tables(context: dg.AssetExecutionContext, raw_openreview_notes: pl.DataFrame):
-    """Classify every landed note by its invitations and signatures and thread the replies."""
-    built = build_tables(context.partition_key, forums_from_raw(raw_openreview_notes))
+    """Classify every landed note by its invitations and signatures and thread the replies; API v1 notes are read
+    into the same tables. A venue whose raw notes give no submission at all fails, naming the likely cause."""
+    raw = raw_openreview_notes
+    if "api_version" not in raw.columns:
+        raise dg.Failure(f"raw_openreview_notes of {context.partition_key} was built before notes carried their API "
+                         "version; materialise raw_openreview_notes again, then these tables")
+    api_version = int(raw["api_version"][0]) if raw.height else 2
+    built = build_tables(context.partition_key, forums_from_raw(raw), api_version)
     frames = {t: pl.DataFrame(built.rows[t], schema=schema) for t, schema in _SCHEMAS.items()}
     for table, frame in frames.items():
         yield dg.Output(frame, output_name=table)
@@ -137,4 +179,18 @@ def forum_tables(context: dg.AssetExecutionContext, raw_openreview_notes: pl.Dat
         yield _check(table, "non_empty_text", quality.empty_text_ids(frames[table], _ID_COLUMNS[table], column),
                      dg.AssetCheckSeverity.WARN)
     yield _check("submissions", "well_formed", quality.malformed_submission_ids(submissions), dg.AssetCheckSeverity.WARN)
-    yield _check("reviews", "well_formed", quality.malformed_review_ids(frames["reviews"]), dg.AssetCheckSeverity.WARN)
+    yield _check("reviews", "well_formed", quality.malformed_review_ids(frames["reviews"], SCORE_FIELDS),
+                 dg.AssetCheckSeverity.WARN)
+    unaccounted = quality.unaccounted_notes(raw.select("forum_id", "note_id"), placed_notes(frames))
+    yield _check("note_errors", "every_note_accounted_for", list(unaccounted),
+                 unaccounted_note_ids=dg.MetadataValue.json(dict(list(unaccounted.items())[:50])),
+                 notes_received=raw.height, superseded_versions=built.superseded_versions)
+    cause = likely_cause_of_empty_tables(built.rows["note_errors"]) if raw.height and not submissions.height else None
+    yield _check("submissions", "raw_notes_typed", sorted(set(raw["forum_id"])) if cause else [],
+                 raw_notes=raw.height, api_version=api_version, **({"likely_cause": cause} if cause else {}))
+    if cause:
+        raise dg.Failure(
+            description=f"venue {context.partition_key}: {raw.height} raw notes (read as API v{api_version}) gave no "
+                        f"submission or other typed row; likely cause: {cause}. See note_errors.",
+            metadata={"likely_cause": cause},
+        )

@@ -5,13 +5,21 @@ import json
 import dagster as dg
 import polars as pl
 
-from peerify_dagster.domain.notes import MalformedNote, classify, validate_note
+from peerify_dagster.domain.notes import MalformedNote, classify, read_note, superseded_positions
 from peerify_dagster.domain.sampling import choose_papers
 from peerify_dagster.partitions import venue_partitions
 from peerify_dagster.resources.dagster_resources import LakeResource, OpenReviewResource, VenueRegistryResource
-from peerify_dagster.resources.openreview import FetchOutcome, OpenReviewCrawler, SnapshotReader
+from peerify_dagster.resources.openreview import (
+    FetchOutcome, MalformedSnapshotFile, OpenReviewCrawler, SnapshotReader, api_url_for, probe_api_version,
+    resolve_api_version,
+)
 
-INGESTION_CODE_VERSION = "ingestion-v1"
+INGESTION_CODE_VERSION = "ingestion-v2"
+NO_SUBMISSIONS = "venue has no submissions"
+PAPER_SAMPLE_SCHEMA = {
+    "venue": pl.String, "forum_id": pl.String, "draw_order": pl.Int64, "seed": pl.Int64, "sample_size": pl.Int64,
+    "population": pl.Int64,
+}
 
 
 class CrawlConfig(dg.Config):
@@ -19,14 +27,21 @@ class CrawlConfig(dg.Config):
 
 
 def crawler_for(context: dg.AssetExecutionContext, registry: VenueRegistryResource, lake: LakeResource,
-                openreview: OpenReviewResource) -> tuple[OpenReviewCrawler | None, SnapshotReader]:
-    """A crawler for live venues (None for snapshot venues) and the reader of the venue's snapshot."""
+                openreview: OpenReviewResource) -> tuple[OpenReviewCrawler | None, SnapshotReader, int]:
+    """A crawler for live venues (None for snapshot venues), the reader of the venue's snapshot, and the venue's
+    OpenReview API version (registry, else detected), which decides the client and how notes are read."""
     venue = registry.venue(context.partition_key)
-    folder = registry.snapshot_dir(venue, lake.lake())
-    if venue.source != "api":
-        return None, SnapshotReader(folder)
-    crawler = OpenReviewCrawler(openreview.client(venue.api_url), venue.openreview_id, folder, log=context.log.info)
-    return crawler, crawler.reader
+    reader = SnapshotReader(registry.snapshot_dir(venue, lake.lake()))
+    live = venue.source == "api"
+    api_version, decided_by = resolve_api_version(
+        venue.api_version, venue.openreview_id, reader, live,
+        probe=lambda: probe_api_version(openreview.client(venue.api_url), venue.openreview_id))
+    context.log.info(f"{venue.key}: OpenReview API v{api_version} ({decided_by})")
+    if not live:
+        return None, reader, api_version
+    client = openreview.client(api_url_for(venue.api_url, api_version), api_version)
+    crawler = OpenReviewCrawler(client, venue.openreview_id, reader.folder, log=context.log.info, api_version=api_version)
+    return crawler, reader, api_version
 
 
 @dg.asset(
@@ -34,21 +49,27 @@ def crawler_for(context: dg.AssetExecutionContext, registry: VenueRegistryResour
     group_name="ingestion",
     kinds={"python", "parquet"},
     code_version=INGESTION_CODE_VERSION,
+    check_specs=[dg.AssetCheckSpec("has_submissions", asset="paper_sample",
+                                   description="the venue lists at least one submission with an id")],
 )
 def paper_sample(
     context: dg.AssetExecutionContext,
     venue_registry: VenueRegistryResource,
     lake: LakeResource,
     openreview: OpenReviewResource,
-) -> pl.DataFrame:
-    """The venue's papers chosen for the benchmark: seed, sample size and the chosen forum ids in draw order."""
+):
+    """The venue's papers chosen for the benchmark: seed, sample size and the chosen forum ids in draw order.
+    A venue without submissions builds empty tables but fails the `has_submissions` check and gets an
+    `ingest_errors` row: it never builds green."""
     venue = venue_registry.venue(context.partition_key)
-    crawler, reader = crawler_for(context, venue_registry, lake, openreview)
+    crawler, reader, api_version = crawler_for(context, venue_registry, lake, openreview)
     submissions = crawler.land_submissions() if crawler else reader.submissions()
     forum_ids = [n["id"] for n in submissions if isinstance(n, dict) and isinstance(n.get("id"), str)]
     chosen = choose_papers(forum_ids, venue.seed, venue.sample_size)
     context.log.info(f"{venue.key}: {len(chosen)} of {len(forum_ids)} submissions chosen (seed {venue.seed})")
-    return pl.DataFrame(
+    if not forum_ids:
+        context.log.error(f"{venue.key}: {NO_SUBMISSIONS} ({len(submissions)} entries listed, none with an id)")
+    yield dg.Output(pl.DataFrame(
         {
             "venue": [venue.key] * len(chosen),
             "forum_id": chosen,
@@ -57,14 +78,19 @@ def paper_sample(
             "sample_size": [venue.sample_size] * len(chosen),
             "population": [len(forum_ids)] * len(chosen),
         },
-        schema_overrides={"sample_size": pl.Int64},
+        schema=PAPER_SAMPLE_SCHEMA,  # explicit, so an empty venue's table keeps its column types
+    ), metadata={"api_version": api_version})
+    yield dg.AssetCheckResult(
+        check_name="has_submissions", passed=bool(forum_ids), severity=dg.AssetCheckSeverity.ERROR,
+        metadata={"venue": venue.key, "population": len(forum_ids), "entries_listed": len(submissions),
+                  **({} if forum_ids else {"reason": NO_SUBMISSIONS})},
     )
 
 
-def _raw_row(venue: str, forum_id: str, note: object, fetched_at: int | None) -> dict:
+def _raw_row(venue: str, forum_id: str, note: object, fetched_at: int | None, api_version: int,
+             superseded: bool) -> dict:
     try:
-        valid = validate_note(note)
-        kind, problem = classify(valid), None
+        kind, problem = classify(read_note(note, api_version)), None
     except MalformedNote as exc:
         kind, problem = None, str(exc)
     as_dict = note if isinstance(note, dict) else {}
@@ -73,12 +99,15 @@ def _raw_row(venue: str, forum_id: str, note: object, fetched_at: int | None) ->
         value = as_dict.get(key)
         return [str(v) for v in value] if isinstance(value, list) else []
 
+    v1_invitation = as_dict.get("invitation") if isinstance(as_dict.get("invitation"), str) else None
     return {
         "venue": venue,
         "forum_id": forum_id,
         "note_id": as_dict.get("id") if isinstance(as_dict.get("id"), str) else None,
         "kind": kind,
-        "invitations": as_list("invitations"),
+        "api_version": api_version,
+        "superseded": superseded,
+        "invitations": as_list("invitations") or ([v1_invitation] if v1_invitation else []),
         "signatures": as_list("signatures"),
         "replyto": as_dict.get("replyto") if isinstance(as_dict.get("replyto"), str) else None,
         "number": as_dict.get("number") if isinstance(as_dict.get("number"), int) else None,
@@ -93,7 +122,8 @@ def _raw_row(venue: str, forum_id: str, note: object, fetched_at: int | None) ->
 
 
 RAW_NOTE_SCHEMA = {
-    "venue": pl.String, "forum_id": pl.String, "note_id": pl.String, "kind": pl.String,
+    "venue": pl.String, "forum_id": pl.String, "note_id": pl.String, "kind": pl.String, "api_version": pl.Int64,
+    "superseded": pl.Boolean,
     "invitations": pl.List(pl.String), "signatures": pl.List(pl.String), "replyto": pl.String,
     "number": pl.Int64, "cdate": pl.Int64, "tcdate": pl.Int64, "mdate": pl.Int64, "tmdate": pl.Int64,
     "fetched_at": pl.Int64, "problem": pl.String, "note_json": pl.String,
@@ -118,12 +148,14 @@ def crawl_log_frame(venue: str, outcomes: list[FetchOutcome]) -> pl.DataFrame:
     outs={
         "raw_openreview_notes": dg.AssetOut(
             kinds={"python", "parquet"}, code_version=INGESTION_CODE_VERSION,
-            description="Every note of every chosen forum exactly as received (JSON), with forum, invitations, "
-                        "signatures, replyto, timestamps and fetch time.",
+            description="Every note of every chosen forum exactly as received (JSON), older versions of a note "
+                        "included (`superseded`: a later version of the same id, by tmdate, replaces it), with the "
+                        "API version it was read as, forum, invitations, signatures, replyto, timestamps, fetch time.",
         ),
         "forum_crawl_log": dg.AssetOut(
             kinds={"python", "parquet"}, code_version=INGESTION_CODE_VERSION,
-            description="One row per chosen forum: fetched now, already stored (resumed crawl), or failed with a reason.",
+            description="One row per chosen forum: fetched now, already stored (resumed crawl), or failed with a "
+                        "reason; one venue-level row (item `submissions`) when the venue has no submissions.",
         ),
     },
 )
@@ -138,9 +170,12 @@ def raw_openreview_notes(
     """Land each chosen forum (live venues: crawled with the real client into the lake's snapshot folder,
     resumable; snapshot venues: replayed), then read every landed note as received."""
     venue_key = context.partition_key
-    crawler, reader = crawler_for(context, venue_registry, lake, openreview)
+    crawler, reader, api_version = crawler_for(context, venue_registry, lake, openreview)
     forum_ids = paper_sample["forum_id"].to_list()
     outcomes: list[FetchOutcome] = []
+    if not forum_ids:  # the venue-level row that puts an empty venue into `ingest_errors`
+        outcomes.append(FetchOutcome(None, "submissions", "failed", "no_submissions",
+                                     f"venue {venue_key}: {NO_SUBMISSIONS}"))
     rows: list[dict] = []
     for done, forum_id in enumerate(forum_ids, start=1):
         if crawler:
@@ -154,18 +189,26 @@ def raw_openreview_notes(
         if outcome.status in ("fetched", "stored"):
             try:
                 forum = reader.forum(forum_id)
+            except MalformedSnapshotFile as exc:
+                outcomes[-1] = FetchOutcome(forum_id, "forum", "failed", "malformed_forum_file",
+                                            f"forum {forum_id}: {exc}")
             except (OSError, ValueError) as exc:
                 outcomes[-1] = FetchOutcome(forum_id, "forum", "failed", "unreadable_snapshot",
                                             f"forum {forum_id}: snapshot file unreadable ({exc})")
             else:
-                rows.extend(_raw_row(venue_key, forum_id, note, forum.fetched_at) for note in forum.notes)
+                superseded = superseded_positions(forum.notes)
+                rows.extend(_raw_row(venue_key, forum_id, note, forum.fetched_at, api_version, i in superseded)
+                            for i, note in enumerate(forum.notes))
         if done % 25 == 0 or done == len(forum_ids):
             context.log.info(f"{venue_key}: {done}/{len(forum_ids)} forums landed")
     failed = [o for o in outcomes if o.status == "failed"]
     for outcome in failed:
-        context.log.warning(f"forum {outcome.forum_id}: {outcome.reason}: {outcome.message}")
-    yield dg.Output(pl.DataFrame(rows, schema=RAW_NOTE_SCHEMA), output_name="raw_openreview_notes",
-                    metadata={"forums_failed": len(failed)})
+        item = f"forum {outcome.forum_id}" if outcome.forum_id else f"venue {venue_key}"
+        context.log.warning(f"{item}: {outcome.reason}: {outcome.message}")
+    raw = pl.DataFrame(rows, schema=RAW_NOTE_SCHEMA)
+    yield dg.Output(raw, output_name="raw_openreview_notes",
+                    metadata={"forums_failed": len(failed), "api_version": api_version,
+                              "superseded_versions": int(raw["superseded"].sum())})
     yield dg.Output(crawl_log_frame(venue_key, outcomes), output_name="forum_crawl_log",
                     metadata={"fetched": sum(o.status == "fetched" for o in outcomes),
                               "resumed": sum(o.status == "stored" for o in outcomes), "failed": len(failed)})

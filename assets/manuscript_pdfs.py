@@ -36,7 +36,7 @@ def manuscript_pdfs(
     there is none (missing, not a PDF, truncated, unreadable). Encrypted or zero-page PDFs are stored as served;
     parsing records why they yield no text."""
     venue_key = context.partition_key
-    crawler, reader = crawler_for(context, venue_registry, lake, openreview)
+    crawler, reader, _ = crawler_for(context, venue_registry, lake, openreview)
     store = lake.lake().root / "pdfs"
     rows = []
     for forum_id in paper_sample["forum_id"].to_list():

@@ -6,7 +6,7 @@ from pathlib import Path
 import dagster as dg
 import polars as pl
 
-from peerify_dagster.domain.chunking import Chunk, chunk_document
+from peerify_dagster.domain.chunking import Chunk, ChunkingConfig, chunk_document, is_runaway
 from peerify_dagster.domain.chunking import chunk_stats as compute_chunk_stats
 from peerify_dagster.domain.layout import LAYOUT_VERSION, Block
 from peerify_dagster.partitions import venue_partitions
@@ -15,8 +15,7 @@ from peerify_dagster.resources.document_parser import ManuscriptParseError
 from peerify_dagster.resources.openreview import SnapshotReader
 
 PARSING_CODE_VERSION = f"parsing-v1-layout-{LAYOUT_VERSION}"
-CHUNKING_CODE_VERSION = "chunking-v1"
-CHUNK_LIMITS = {"target_words": 130, "max_words": 220, "min_words": 25}
+CHUNKING_CODE_VERSION = "chunking-v2"
 
 BLOCK_TYPE = pl.Struct({
     "kind": pl.String, "text": pl.String, "page": pl.Int64, "section_path": pl.List(pl.String),
@@ -87,6 +86,11 @@ def parsed_manuscripts(context: dg.AssetExecutionContext, manuscript_pdfs: pl.Da
     yield dg.Output(pl.DataFrame(errors, schema=PARSE_ERROR_SCHEMA), output_name="parse_errors")
 
 
+def _chunking_config(venue_registry: VenueRegistryResource, venue: str) -> ChunkingConfig:
+    # The registry validates `chunking:` when it loads, so a bad option fails there, naming the venue.
+    return ChunkingConfig.from_mapping(venue_registry.venue(venue).chunking)
+
+
 @dg.asset(
     partitions_def=venue_partitions,
     group_name="manuscripts",
@@ -94,22 +98,27 @@ def parsed_manuscripts(context: dg.AssetExecutionContext, manuscript_pdfs: pl.Da
     code_version=CHUNKING_CODE_VERSION,
     check_specs=[
         dg.AssetCheckSpec("no_empty_chunks", asset="chunks", blocking=True, description="no chunk without words"),
-        dg.AssetCheckSpec("no_runaway_chunks", asset="chunks", description="no chunk beyond 1.5 x max_words"),
+        dg.AssetCheckSpec("no_runaway_chunks", asset="chunks", description="no chunk beyond 1.5 x max_tokens"),
         dg.AssetCheckSpec("every_paper_has_chunks", asset="chunks",
                           description="every parsed manuscript yields at least one chunk"),
     ],
 )
-def chunks(context: dg.AssetExecutionContext, parsed_manuscripts: pl.DataFrame):
-    """The retrieval units: one per paragraph / caption / table / appendix passage, long paragraphs split on
-    sentence boundaries, tiny fragments merged; stable ids (paper id + order + text hash) and section paths."""
-    rows = []
+def chunks(context: dg.AssetExecutionContext, parsed_manuscripts: pl.DataFrame,
+           venue_registry: VenueRegistryResource):
+    """The retrieval units: consecutive blocks of a section packed up to 256 WordPiece tokens (the venue's
+    `chunking:` options choose another strategy or limit), captions never in prose, the section path as the
+    first line of each chunk, references and paper checklists left out; stable ids (paper id + order + text
+    hash) and section paths."""
+    config = _chunking_config(venue_registry, context.partition_key)
+    rows, runaway = [], []
     for paper in parsed_manuscripts.iter_rows(named=True):
         blocks = [Block(**b) for b in paper["blocks"]]
-        for chunk in chunk_document(paper["paper_id"], blocks, **CHUNK_LIMITS):
+        for chunk in chunk_document(paper["paper_id"], blocks, config):
             rows.append({"venue": context.partition_key, **vars(chunk)})
+            if is_runaway(chunk, config.max_tokens):
+                runaway.append(chunk.chunk_id)
     frame = pl.DataFrame(rows, schema=CHUNK_SCHEMA)
-    yield dg.Output(frame)
-    runaway = frame.filter(pl.col("word_count") > CHUNK_LIMITS["max_words"] * 1.5)["chunk_id"].to_list()
+    yield dg.Output(frame, metadata={"chunking": dg.MetadataValue.json(vars(config))})
     empty = frame.filter(pl.col("word_count") == 0)["chunk_id"].to_list()
     chunkless = sorted(set(parsed_manuscripts["paper_id"]) - set(frame["paper_id"]))
     for name, failing, severity in (
@@ -123,10 +132,12 @@ def chunks(context: dg.AssetExecutionContext, parsed_manuscripts: pl.DataFrame):
 
 @dg.asset(partitions_def=venue_partitions, group_name="manuscripts", kinds={"python", "parquet"},
           code_version=CHUNKING_CODE_VERSION)
-def chunk_stats(context: dg.AssetExecutionContext, chunks: pl.DataFrame, parsed_manuscripts: pl.DataFrame) -> pl.DataFrame:
+def chunk_stats(context: dg.AssetExecutionContext, chunks: pl.DataFrame, parsed_manuscripts: pl.DataFrame,
+                venue_registry: VenueRegistryResource) -> pl.DataFrame:
     """Chunk size distribution per venue (the paper's chunker: median / mean / p90 = 133 / 132 / 188 words)."""
+    config = _chunking_config(venue_registry, context.partition_key)
     stats = compute_chunk_stats([Chunk(**{k: v for k, v in r.items() if k != "venue"}) for r in chunks.iter_rows(named=True)],
-                                max_words=CHUNK_LIMITS["max_words"])
+                                max_tokens=config.max_tokens)
     row = {"venue": context.partition_key, "n_papers": parsed_manuscripts.height,
            "papers_without_chunks": len(set(parsed_manuscripts["paper_id"]) - set(chunks["paper_id"])), **stats}
     context.add_output_metadata({k: v for k, v in row.items() if isinstance(v, (int, float))})

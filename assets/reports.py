@@ -29,7 +29,8 @@ def venue_report(context: dg.AssetExecutionContext, retrieval_metrics: pl.DataFr
                             "words per chunk, with the paper's median and p90"),
     }
     for verifier in sorted(set(evidence_verifications["verifier"])):
-        rows = evidence_verifications.filter((pl.col("verifier") == verifier) & pl.col("gold_label").is_not_null())
+        rows = evidence_verifications.filter((pl.col("verifier") == verifier) & (pl.col("status") == "ok")
+                                             & pl.col("gold_label").is_not_null())  # only claims a call was made for
         pairs = list(zip(rows["label"].to_list(), rows["gold_label"].to_list()))
         figures[f"verifier_{verifier}.png"] = (
             plots.label_confusion_chart(pairs, list(LABELS), f"{verifier} vs answer key, {venue}"),

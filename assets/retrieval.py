@@ -6,7 +6,7 @@ import dagster as dg
 import numpy as np
 import polars as pl
 
-from peerify_dagster.domain.gold_evidence import gold_chunk_ids, load_claim_key
+from peerify_dagster.domain.gold_evidence import claims_without_manuscript, gold_chunk_ids, load_claim_key
 from peerify_dagster.domain.retrieval import RUN_COLUMNS, PaperIndex, build_retrievers, retrieve_claims
 from peerify_dagster.domain.retrieval_metrics import evaluate_runs
 from peerify_dagster.partitions import venue_partitions
@@ -30,20 +30,29 @@ RUN_SCHEMA = {
 }
 METRIC_SCHEMA = {
     "venue": pl.String, "retriever": pl.String, "status": pl.String, "reason": pl.String, "n_claims": pl.Int64,
-    "n_claims_without_gold": pl.Int64, "recall@1": pl.Float64, "recall@5": pl.Float64, "recall@10": pl.Float64,
+    "n_claims_scored": pl.Int64, "n_claims_without_manuscript": pl.Int64, "n_claims_without_gold": pl.Int64,
+    "recall@1": pl.Float64, "recall@5": pl.Float64, "recall@10": pl.Float64,
     "ndcg@10": pl.Float64, "mrr@10": pl.Float64,
 }
 
 
 @dg.asset(partitions_def=venue_partitions, group_name="retrieval", kinds={"python", "parquet"},
           code_version=RETRIEVAL_CODE_VERSION)
-def retrieval_queries(context: dg.AssetExecutionContext, venue_registry: VenueRegistryResource) -> pl.DataFrame:
+def retrieval_queries(context: dg.AssetExecutionContext, paper_sample: pl.DataFrame,
+                      venue_registry: VenueRegistryResource) -> pl.DataFrame:
     """Claims to retrieve evidence for: (claim id, paper id, claim text), with gold evidence sentences where the
-    venue has an answer key (`gold_claims` in venues.yaml). Empty for venues without one."""
+    venue has an answer key (`gold_claims` in venues.yaml). Only claims about the venue's chosen papers
+    (`paper_sample`); the key's other claims are counted in the metadata. Empty for venues without a key."""
     venue = venue_registry.venue(context.partition_key)
-    rows = []
-    if venue.gold_claims:
-        rows = load_claim_key(Path(venue_registry.path).parent / venue.gold_claims)
+    key_rows = load_claim_key(Path(venue_registry.path).parent / venue.gold_claims) if venue.gold_claims else []
+    papers = set(paper_sample["forum_id"])
+    rows = [r for r in key_rows if r["paper_id"] in papers]
+    outside = sorted({r["paper_id"] for r in key_rows} - papers)
+    if outside:
+        context.log.warning(f"{len(key_rows) - len(rows)} answer-key claims are about papers not in the venue's "
+                            f"sample and are left out: {outside}")
+    context.add_output_metadata({"claims_in_key": len(key_rows), "claims_not_in_venue": len(key_rows) - len(rows),
+                                 "papers_not_in_venue": dg.MetadataValue.json(outside)})
     return pl.DataFrame([{"venue": venue.key, **r} for r in rows], schema=QUERY_SCHEMA)
 
 
@@ -86,16 +95,21 @@ def retrieval_runs(context: dg.AssetExecutionContext, retrieval_queries: pl.Data
 def retrieval_metrics(context: dg.AssetExecutionContext, retrieval_runs: pl.DataFrame,
                       retrieval_queries: pl.DataFrame, chunks: pl.DataFrame) -> pl.DataFrame:
     """Recall@1/5/10, nDCG@10 and MRR@10 per retriever over the claims whose gold chunks are known (the chunks
-    containing the claim's evidence sentence). Configurations that could not run are listed as unavailable."""
+    containing the claim's evidence sentence). Claims with an evidence sentence whose paper has no chunks (no
+    usable manuscript) count as misses: `n_claims` = `n_claims_scored` + `n_claims_without_manuscript`, so a lost
+    manuscript lowers recall instead of shrinking the denominator. Configurations that could not run are listed
+    as unavailable."""
     chunks_by_paper: dict[str, list[tuple[str, str]]] = {}
     for paper_id, chunk_id, text in chunks.select("paper_id", "chunk_id", "text").iter_rows():
         chunks_by_paper.setdefault(paper_id, []).append((chunk_id, text))
-    gold = gold_chunk_ids(retrieval_queries.iter_rows(named=True), chunks_by_paper)
+    claims = retrieval_queries.to_dicts()
+    gold = gold_chunk_ids(claims, chunks_by_paper)
+    without_manuscript = claims_without_manuscript(claims, chunks_by_paper)
     ran = retrieval_runs.filter(pl.col("status") != "unavailable")
     rows = [{"venue": context.partition_key, "status": "ok", "reason": None, **r}
-            for r in evaluate_runs(ran.iter_rows(named=True), gold)]
+            for r in evaluate_runs(ran.iter_rows(named=True), gold, without_manuscript=without_manuscript)]
     rows += [{"venue": context.partition_key, "retriever": r["retriever"], "status": "unavailable", "reason": r["error"]}
              for r in retrieval_runs.filter(pl.col("status") == "unavailable").iter_rows(named=True)]
     frame = pl.DataFrame(rows, schema=METRIC_SCHEMA)
-    context.add_output_metadata({"claims_with_gold": len(gold)})
+    context.add_output_metadata({"claims_with_gold": len(gold), "claims_without_manuscript": len(without_manuscript)})
     return frame

@@ -5,14 +5,15 @@ import dagster as dg
 import polars as pl
 
 from peerify_dagster.domain.prompts import format_passages, prompts_code_version
+from peerify_dagster.domain.verification import STATUS_NO_EVIDENCE, STATUS_NO_MANUSCRIPT, STATUS_OK, plan_verifications
 from peerify_dagster.partitions import venue_partitions
 from peerify_dagster.resources.dagster_resources import LakeResource, LLMGatewayResource
 
 VERIFY_PROMPT = "verify"
-VERIFICATION_CODE_VERSION = f"verification-v1-{prompts_code_version([VERIFY_PROMPT])}"
+VERIFICATION_CODE_VERSION = f"verification-v2-{prompts_code_version([VERIFY_PROMPT])}"
 
 VERIFICATION_SCHEMA = {
-    "venue": pl.String, "claim_id": pl.String, "paper_id": pl.String, "verifier": pl.String,
+    "venue": pl.String, "claim_id": pl.String, "paper_id": pl.String, "verifier": pl.String, "status": pl.String,
     "retriever": pl.String, "evidence_chunk_ids": pl.List(pl.String), "label": pl.String, "parse_ok": pl.Boolean,
     "error": pl.String, "call_id": pl.String, "prompt_id": pl.String, "gold_label": pl.String,
 }
@@ -34,15 +35,19 @@ def evidence_verifications(context: dg.AssetExecutionContext, config: Verificati
                            retrieval_queries: pl.DataFrame, retrieval_runs: pl.DataFrame, chunks: pl.DataFrame,
                            lake: LakeResource, llm: LLMGatewayResource) -> pl.DataFrame:
     """Per claim and verifier model (role `verifiers`): the label given the claim's top retrieved passages,
-    with the ledger call id. Unparseable answers keep label null and parse_ok false; they are never guessed."""
+    with the ledger call id. Unparseable answers keep label null and parse_ok false; they are never guessed.
+    Every claim keeps its rows: a claim whose paper has no usable manuscript has status `no_manuscript`, one
+    whose retrieval gave no passage `no_evidence`; neither makes a call (label, parse_ok and call_id null,
+    `error` says why)."""
     text_of = dict(zip(chunks["chunk_id"], chunks["text"]))
-    top = (retrieval_runs.filter((pl.col("retriever") == config.retriever) & (pl.col("status") == "ok")
-                                 & (pl.col("rank") <= config.evidence_k))
-           .sort("claim_id", "rank").group_by("claim_id", maintain_order=True).agg("chunk_id"))
-    evidence = dict(zip(top["claim_id"], top["chunk_id"].to_list()))
-    claims = [c for c in retrieval_queries.iter_rows(named=True) if evidence.get(c["claim_id"])]
-    items = [{"claim": c["claim_text"], "evidence": format_passages([(i, text_of[i]) for i in evidence[c["claim_id"]]])}
-             for c in claims]
+    planned = plan_verifications(retrieval_queries.iter_rows(named=True), retrieval_runs.iter_rows(named=True),
+                                 set(chunks["paper_id"]), config.retriever, config.evidence_k)
+    to_verify = [p for p in planned if p.status == STATUS_OK]
+    items = [{"claim": p.claim["claim_text"],
+              "evidence": format_passages([(i, text_of[i]) for i in p.evidence_chunk_ids])} for p in to_verify]
+    for problem in (STATUS_NO_MANUSCRIPT, STATUS_NO_EVIDENCE):
+        if skipped := [p.claim["claim_id"] for p in planned if p.status == problem]:
+            context.log.warning(f"{len(skipped)} claims get no verifier call ({problem}): {skipped}")
     rows = []
     with llm.gateway(lake.lake(), run_id=context.run_id) as gateway:
         verifiers = gateway.preflight(["verifiers"])["verifiers"]
@@ -51,24 +56,31 @@ def evidence_verifications(context: dg.AssetExecutionContext, config: Verificati
                 if done == total or done % 10 == 0:
                     context.log.info(f"{verifier}: {done}/{total} claims verified")
 
-            results = gateway.map(verifier, VERIFY_PROMPT, items, role="verifiers", progress=progress)
-            for claim, result in zip(claims, results):
+            results = iter(gateway.map(verifier, VERIFY_PROMPT, items, role="verifiers", progress=progress))
+            for plan in planned:
+                if plan.status == STATUS_OK:
+                    result = next(results)
+                    call = {"label": result.label, "parse_ok": result.parse_ok, "error": result.error,
+                            "call_id": result.call_id}
+                else:
+                    call = {"label": None, "parse_ok": None, "error": plan.reason, "call_id": None}
                 rows.append({
-                    "venue": context.partition_key, "claim_id": claim["claim_id"], "paper_id": claim["paper_id"],
-                    "verifier": verifier, "retriever": config.retriever,
-                    "evidence_chunk_ids": evidence[claim["claim_id"]], "label": result.label,
-                    "parse_ok": result.parse_ok, "error": result.error, "call_id": result.call_id,
-                    "prompt_id": VERIFY_PROMPT, "gold_label": claim["manuscript_label"],
+                    "venue": context.partition_key, "claim_id": plan.claim["claim_id"],
+                    "paper_id": plan.claim["paper_id"], "verifier": verifier, "status": plan.status,
+                    "retriever": config.retriever, "evidence_chunk_ids": plan.evidence_chunk_ids, **call,
+                    "prompt_id": VERIFY_PROMPT, "gold_label": plan.claim["manuscript_label"],
                 })
         usage = gateway.usage()
     frame = pl.DataFrame(rows, schema=VERIFICATION_SCHEMA)
-    judged = frame.filter(pl.col("gold_label").is_not_null())
+    judged = frame.filter((pl.col("status") == STATUS_OK) & pl.col("gold_label").is_not_null())
     context.add_output_metadata({
+        "claims_without_manuscript": sum(p.status == STATUS_NO_MANUSCRIPT for p in planned),
+        "claims_without_evidence": sum(p.status == STATUS_NO_EVIDENCE for p in planned),
         "verifiers": dg.MetadataValue.json(verifiers),
         "usage_by_model": dg.MetadataValue.json(usage["by_model"]),
         "calls_made": sum(u["calls"] for u in usage["by_model"].values()),
         "cache_hits": sum(u["cache_hits"] for u in usage["by_model"].values()),
-        "parse_failures": int((~frame["parse_ok"]).sum()),
+        "parse_failures": int((~frame["parse_ok"]).sum()),  # null (no call made) is not counted
         "agreement_with_answer_key": float((judged["label"] == judged["gold_label"]).mean() or 0.0)
         if judged.height else 0.0,
     })
@@ -82,6 +94,8 @@ def llm_usage(context: dg.AssetExecutionContext, evidence_verifications: pl.Data
     """LLM usage behind this venue's tables, per model, role and prompt: calls, tokens, cost, parse failures and
     errors, read from the `llm_calls` ledger for the call ids the tables reference."""
     call_ids = evidence_verifications.select("call_id").drop_nulls().unique()
+    if call_ids.is_empty():  # no claim needed a call (e.g. no manuscript): there may be no ledger at all
+        return pl.DataFrame(schema=USAGE_SCHEMA)
     ledger = pl.read_parquet(lake.lake().root / "llm_calls" / "*.parquet").unique("call_id", keep="last")
     calls = ledger.join(call_ids, on="call_id", how="inner")
     return (

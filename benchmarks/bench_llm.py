@@ -53,13 +53,13 @@ def claim_items(count: int) -> list[dict[str, str]]:
             for i in range(count)]
 
 
-def local_throughput(repeats: int) -> dict[str, float]:
+def local_throughput(repeats: int, n_threads: int | None = None) -> dict[str, float]:
     spec = ModelRegistry.load(env={}).model("smollm2-135m")
     path = resolve_packaged_gguf(spec.gguf_package or "", spec.gguf_file or "")
     long_prompt = " ".join(f"Sentence {i} describes one more experiment of the paper." for i in range(120))
     prompt_rates, generation_rates = [], []
-    with LocalLlamaServer(path, model_alias=spec.model, n_ctx=spec.context_window) as server:
-        client = openai.OpenAI(base_url=server.base_url, api_key="sk-local", max_retries=0, timeout=300)
+    with LocalLlamaServer(path, model_alias=spec.model, n_ctx=spec.context_window, n_threads=n_threads) as server:
+        client = openai.OpenAI(base_url=server.base_url, api_key=server.api_key, max_retries=0, timeout=300)
         for repeat in range(repeats):
             # A different prefix each time so llama.cpp's prompt cache cannot skip the work.
             messages = [{"role": "user", "content": f"Run {repeat}. {long_prompt}"}]

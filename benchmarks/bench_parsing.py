@@ -2,7 +2,8 @@
 
     .venv/bin/python benchmarks/bench_parsing.py [FOLDER] [--artifacts-path PATH]
 
-FOLDER defaults to the sample venue's PDFs. The first parse, which imports Docling and builds
+FOLDER defaults to the sample venue's PDFs; chunks use the default `ChunkingConfig` (structure and
+chunk quality on real papers: `benchmarks/eval_real_manuscripts.py`). The first parse, which imports Docling and builds
 its converter, is timed separately as warm-up; the per-file rows are warm timings.
 Peak RSS is the process's maximum resident set size.
 """

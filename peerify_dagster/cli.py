@@ -1,20 +1,51 @@
-"""The `peerify` command: build venues, manage the venue registry, and query the lake's catalog."""
+"""The `peerify` command: build venues, recover the Dagster home, manage the venue registry, and query the catalog.
+
+`peerify build` checks its whole configuration (venue registry, Dagster home, LLM models) before it loads Dagster
+or touches the lake, and reports a mistake as one line with exit code 2.
+"""
 
 from __future__ import annotations
 
 import argparse
 import os
 import sys
+import uuid
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import duckdb
+import pyarrow.parquet as pq
+import yaml
 
-from peerify_dagster.domain.venues import SOURCES, RegistryError, Venue, add_venue, load_registry
-from peerify_dagster.resources.dagster_resources import DEFAULT_LAKE, DEFAULT_REGISTRY
-from peerify_dagster.resources.lake import Lake
+from peerify_dagster.domain.venues import SOURCES, RegistryError, Venue, add_venue, load_registry, missing_files
+from peerify_dagster.paths import DEFAULT_LAKE, DEFAULT_REGISTRY
+from peerify_dagster.resources.files import remove_stale_temporaries
+from peerify_dagster.resources.lake import (
+    SHARED_TABLES,
+    SQL_DIR,
+    CatalogBusyError,
+    Lake,
+    WriteStatementError,
+    unreadable_reason,
+)
+
+if TYPE_CHECKING:
+    import dagster as dg
 
 # The LLM roles the asset graph calls today (verification); checked before a build starts.
 LLM_ROLES_IN_GRAPH = ["verifiers"]
+
+
+class ConfigError(Exception):
+    """A configuration mistake, reported as its one-line message with exit code 2."""
+
+
+def _say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def _one_line(exc: BaseException) -> str:
+    return "; ".join(line.strip(" -") for line in str(exc).splitlines() if line.strip(" -"))
 
 
 def _format_table(columns: list[str], rows: list[tuple], max_width: int = 80) -> str:
@@ -24,69 +55,148 @@ def _format_table(columns: list[str], rows: list[tuple], max_width: int = 80) ->
     return "\n".join([line(columns), line(["-" * w for w in widths])] + [line(r) for r in cells])
 
 
+def _row_count(files: list[Path]) -> int | str:
+    """Rows in the files from their Parquet footers: no catalog, so no lock to wait for."""
+    problems = [f"unreadable: {path.name} ({reason})" for path in files if (reason := unreadable_reason(path))]
+    return problems[0] if problems else sum(pq.read_metadata(path).num_rows for path in files)
+
+
 def venue_summary(lake: Lake, venue: str) -> tuple[list[str], list[tuple]]:
     """Row counts of every catalog table for one venue; tables shared by all venues (the LLM ledger) in total."""
-    views = lake.refresh_catalog()
-    if not views:
-        return ["table", "rows"], []
-    _, with_venue = lake.query(
-        "select distinct table_name from information_schema.columns where column_name = 'venue'", refresh=False
-    )
-    per_venue = {name for (name,) in with_venue}
-    union = " union all ".join(
-        f"select '{v}' as \"table\", count(*) filter (where venue = $venue) as rows from \"{v}\"" if v in per_venue
-        else f"select '{v} (all venues)', count(*) from \"{v}\""
-        for v in views
-    )
-    return lake.query(f"select * from ({union}) order by 1", {"venue": venue}, refresh=False)
+    rows = []
+    for table in sorted(path.stem for path in SQL_DIR.glob("*.sql")):
+        if table in SHARED_TABLES:
+            files = sorted((lake.root / table).glob("*.parquet"))
+            label = f"{table} (all venues)"
+        else:
+            files = [path] if (path := lake.table_path(table, venue)).exists() else []
+            label = table
+        if files:
+            rows.append((label, _row_count(files)))
+    return ["table", "rows"], rows
+
+
+def _check_dagster_home() -> None:
+    home = os.environ.get("DAGSTER_HOME")
+    if not home:
+        return
+    if not Path(home).is_absolute() or not Path(home).is_dir():
+        raise ConfigError(f"DAGSTER_HOME={home!r} must be an existing folder given by its absolute path")
+    settings = Path(home) / "dagster.yaml"
+    try:
+        yaml.safe_load(settings.read_text()) if settings.exists() else None
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f", line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise ConfigError(f"{settings}{where}: not valid YAML: {exc.problem or exc.context}") from None
+
+
+def check_build_config(venue_key: str) -> Venue:
+    """Everything a build needs, checked before any work: the venue's registry entry and files, the Dagster home,
+    and the LLM models of the graph's roles (profiles, role models, API keys, packages, model files)."""
+    registry_path = Path(DEFAULT_REGISTRY)
+    registry = load_registry(registry_path)
+    if venue_key not in registry:
+        raise ConfigError(f"{registry_path}: venue {venue_key!r} is not registered; "
+                          f"add it with `peerify venues add {venue_key}`")
+    venue = registry[venue_key]
+    missing = missing_files(venue, registry_path)
+    if missing:
+        raise ConfigError(missing[0])
+    _check_dagster_home()
+    from peerify_dagster.resources.llm_gateway import LLMGateway, LLMGatewayError
+
+    try:  # unknown profiles or models, missing API keys, packages or model files are reported before any work starts
+        LLMGateway(DEFAULT_LAKE).preflight(LLM_ROLES_IN_GRAPH, prompts={"verifiers": ["verify"]})
+    except LLMGatewayError as exc:
+        raise ConfigError(f"cannot build {venue_key}: {_one_line(exc)}") from None
+    return venue
+
+
+def _open_home(holder: str) -> dg.DagsterInstance:
+    """The Dagster instance with its dead runs recovered, and stale temporaries gone from the lake."""
+    from dagster import DagsterError
+
+    from peerify_dagster.resources import runs
+
+    try:
+        instance, lines = runs.open_instance(holder, on_wait=lambda other: _say(
+            f"waiting for {other} to finish setting up the Dagster home"))
+    except DagsterError as exc:
+        raise ConfigError(f"DAGSTER_HOME={os.environ.get('DAGSTER_HOME')}: {_one_line(exc)}") from None
+    removed = remove_stale_temporaries(Lake(DEFAULT_LAKE).root)
+    if removed:
+        lines.append(f"removed {len(removed)} temporary file(s) left by killed writers under {DEFAULT_LAKE}")
+    for line in lines:
+        _say(f"recover: {line}")
+    return instance
 
 
 def cmd_build(args: argparse.Namespace) -> int:
-    import dagster as dg
+    venue = check_build_config(args.venue)
 
     from peerify_dagster.definitions import build_venue_job, defs
     from peerify_dagster.partitions import venue_partitions
+    from peerify_dagster.resources import runs
 
-    registry = load_registry(Path(DEFAULT_REGISTRY))
-    if args.venue not in registry:
-        print(f"venue {args.venue!r} is not registered; add it with `peerify venues add {args.venue}`", file=sys.stderr)
-        return 2
-    from peerify_dagster.resources.llm_gateway import LLMGateway, PreflightError
-
-    try:  # missing API keys, packages or model files are reported before any work starts
-        LLMGateway(DEFAULT_LAKE).preflight(LLM_ROLES_IN_GRAPH)
-    except PreflightError as exc:
-        print(f"cannot build {args.venue}: {exc}", file=sys.stderr)
-        return 2
-    instance = dg.DagsterInstance.get() if os.environ.get("DAGSTER_HOME") else dg.DagsterInstance.ephemeral()
-    if not instance.has_dynamic_partition(venue_partitions.name, args.venue):
-        instance.add_dynamic_partitions(venue_partitions.name, [args.venue])
-    run_config = {
-        "ops": {"raw_openreview_notes": {"config": {"refetch": args.refetch}}},
-        "loggers": {"console": {"config": {"log_level": "INFO"}}},
-    }
-    job = defs.resolve_job_def(build_venue_job.name)
-    result = job.execute_in_process(
-        partition_key=args.venue, instance=instance, run_config=run_config, raise_on_error=False
-    )
+    me = f"the build of {venue.key} (pid {os.getpid()})"
+    instance = _open_home(me)
     lake = Lake(DEFAULT_LAKE)
-    columns, rows = venue_summary(lake, args.venue)
-    print(f"\nVenue {args.venue}: tables in {lake.root} (catalog {lake.catalog_path.name})\n")
+    # Two builds of one venue write the same partitions: the second waits, then finds most work in the caches.
+    with runs.exclusive_lock(lake.root / f".build-{venue.slug}.lock", me,
+                             on_wait=lambda other: _say(f"waiting for {other} to finish")):
+        if not instance.has_dynamic_partition(venue_partitions.name, venue.key):
+            instance.add_dynamic_partitions(venue_partitions.name, [venue.key])
+        run_config = {
+            "ops": {"raw_openreview_notes": {"config": {"refetch": args.refetch}}},
+            "loggers": {"console": {"config": {"log_level": "INFO"}}},
+        }
+        run_id = str(uuid.uuid4())
+        # The process tags let `peerify recover` tell this run dead from alive. No automatic retry: a killed
+        # terminal build is re-run by its user, not relaunched in the background by `dagster dev`'s daemon.
+        tags = {**runs.process_tags(), "dagster/max_retries": "0"}
+        with runs.PoolWaitReporter(instance, run_id, _say):
+            result = defs.resolve_job_def(build_venue_job.name).execute_in_process(
+                partition_key=venue.key, instance=instance, run_config=run_config, raise_on_error=False,
+                run_id=run_id, tags=tags,
+            )
+    for line in lake.refresh_catalog().problems():
+        _say(line)
+    columns, rows = venue_summary(lake, venue.key)
+    print(f"\nVenue {venue.key}: tables in {lake.root} (catalog {lake.catalog_path.name})\n")
     print(_format_table(columns, rows))
     checks = result.get_asset_check_evaluations()
     failed = [f"{c.asset_key.to_user_string()}:{c.check_name}" for c in checks if not c.passed]
     print(f"\nasset checks: {len(checks) - len(failed)} passed, {len(failed)} failed {failed if failed else ''}")
     if not result.success:
-        print("the run failed; see the log above", file=sys.stderr)
+        _say("the run failed; see the log above")
         return 1
     return 0
 
 
+def cmd_recover(args: argparse.Namespace) -> int:
+    _check_dagster_home()
+    if not os.environ.get("DAGSTER_HOME"):
+        _say("DAGSTER_HOME is not set: every build used a temporary Dagster instance; no runs to recover")
+    _open_home(f"`peerify recover` (pid {os.getpid()})")
+    return 0
+
+
 def cmd_sql(args: argparse.Namespace) -> int:
+    lake = Lake(DEFAULT_LAKE)
+    # A process holding the catalog keeps it as it is (its glob views still see new partitions); the query runs.
+    for line in lake.refresh_catalog(wait_s=0).problems(with_not_refreshed=False):
+        _say(line)
     try:
-        columns, rows = Lake(DEFAULT_LAKE).query(args.query)
+        columns, rows = lake.query(args.query, refresh=False)
+    except WriteStatementError as exc:
+        _say(str(exc))
+        return 2
+    except CatalogBusyError as exc:
+        _say(f"query not run: {exc}")
+        return 1
     except duckdb.Error as exc:
-        print(f"query failed: {exc}", file=sys.stderr)
+        _say(f"query failed: {exc}")
         return 1
     print(_format_table(columns, rows))
     return 0
@@ -107,7 +217,7 @@ def cmd_venues_add(args: argparse.Namespace) -> int:
     try:
         add_venue(Path(DEFAULT_REGISTRY), venue)
     except RegistryError as exc:
-        print(f"not added: {exc}", file=sys.stderr)
+        _say(f"not added: {exc}")
         return 2
     print(f"registered {venue.key}; the venue sensor adds it as a partition, or run `peerify build {venue.key}`")
     return 0
@@ -122,7 +232,11 @@ def main(argv: list[str] | None = None) -> int:
     build.add_argument("--refetch", action="store_true", help="re-fetch forums already in the snapshot")
     build.set_defaults(func=cmd_build)
 
-    sql = sub.add_parser("sql", help="run a query against the DuckDB catalog")
+    recover = sub.add_parser("recover", help="mark runs whose process is gone as failed, free their pool slots, "
+                                             "and remove temporary files of killed writers (run by `make dev`)")
+    recover.set_defaults(func=cmd_recover)
+
+    sql = sub.add_parser("sql", help="run read-only statements against the DuckDB catalog")
     sql.add_argument("query")
     sql.set_defaults(func=cmd_sql)
 
@@ -140,7 +254,11 @@ def main(argv: list[str] | None = None) -> int:
     add.set_defaults(func=cmd_venues_add)
 
     args = parser.parse_args(argv)
-    return args.func(args)
+    try:
+        return args.func(args)
+    except (ConfigError, RegistryError) as exc:
+        _say(str(exc))
+        return 2
 
 
 if __name__ == "__main__":

@@ -54,6 +54,14 @@ def venue_refresh_schedule(context: dg.ScheduleEvaluationContext, venue_registry
     ]
 
 
+@dg.run_status_sensor(run_status=dg.DagsterRunStatus.SUCCESS, default_status=dg.DefaultSensorStatus.RUNNING)
+def catalog_refresh_sensor(context: dg.RunStatusSensorContext, lake: LakeResource):
+    """Refreshes the lake's DuckDB catalog after each successful run in `make dev`. Asset steps never touch the
+    catalog, so a process holding it open or an unreadable file of another table cannot fail them."""
+    for line in lake.lake().refresh_catalog().problems():
+        context.log.warning(line)
+
+
 def build_resources(lake_root: str = DEFAULT_LAKE, **overrides) -> dict:
     resources = {
         "io_manager": ParquetLakeIOManager(root=lake_root),
@@ -72,7 +80,7 @@ def build_resources(lake_root: str = DEFAULT_LAKE, **overrides) -> dict:
 defs = dg.Definitions(
     assets=all_assets,
     jobs=[build_venue_job],
-    sensors=[venue_registry_sensor],
+    sensors=[venue_registry_sensor, catalog_refresh_sensor],
     schedules=[venue_refresh_schedule],
     resources=build_resources(),
 )

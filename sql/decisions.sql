@@ -1,3 +1,3 @@
 -- decisions: program chairs' decisions (asset `decisions`, one Parquet file per venue partition)
 create or replace view decisions as
-select * from read_parquet('{lake}/decisions/*.parquet', union_by_name = true);
+select * from read_parquet({files}, union_by_name = true);

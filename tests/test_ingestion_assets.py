@@ -10,19 +10,21 @@ import dagster as dg
 import polars as pl
 import pytest
 
+import assets.forum_tables
 from peerify_dagster.definitions import defs
 from peerify_dagster.partitions import venue_partitions
 from peerify_dagster.resources.dagster_resources import OpenReviewResource
 from peerify_dagster.resources.lake import Lake
 from peerify_dagster.resources.openreview import SnapshotReader
 from peerify_dagster.testing.openreview_server import FakeOpenReviewServer, FaultRule
+from tests.notes_factory import v1_note
 from tests.support import SAMPLE, materialise, sample_registry, write_registry
 
 INGESTION = dg.AssetSelection.groups("ingestion", "forum_tables")
 TABLES = [
     "paper_sample", "raw_openreview_notes", "forum_crawl_log", "submissions", "reviews", "author_responses",
-    "reviewer_followups", "decisions", "meta_reviews", "review_threads", "note_errors", "manuscript_pdfs",
-    "ingest_errors",
+    "reviewer_followups", "chair_comments", "public_comments", "decisions", "meta_reviews", "status_notes",
+    "review_threads", "note_errors", "manuscript_pdfs", "ingest_errors",
 ]
 
 
@@ -35,6 +37,13 @@ def count_invitation(suffix: str) -> int:
         1 for f in sample_forums().values() for note in f["notes"]
         if any(i.endswith(f"/-/{suffix}") for i in note["invitations"])
     )
+
+
+def area_chair_comments() -> dict[str, str]:
+    """note id -> forum id of the sample's Official_Comments signed by an area chair, read from the files."""
+    return {note["id"]: forum_id for forum_id, f in sample_forums().items() for note in f["notes"]
+            if any(i.endswith("/-/Official_Comment") for i in note["invitations"])
+            and any("/Area_Chair_" in s for s in note["signatures"])}
 
 
 def failed_checks(result: dg.ExecuteInProcessResult) -> list[str]:
@@ -81,6 +90,80 @@ def test_sample_venue_materialises_every_table(sample_build):
     assert not set(tables["reviewer_followups"]["comment_id"]) & set(tables["reviews"]["review_id"])
     assert tables["submissions"]["withdrawn"].sum() == 1
     assert (tables["review_threads"]["n_author_responses"] > 0).sum() >= tables["reviews"].height - 3
+    # The area chair's comment and the withdrawal note have tables of their own (both were once lost).
+    assert dict(zip(tables["chair_comments"]["comment_id"], tables["chair_comments"]["paper_id"])) == area_chair_comments()
+    assert set(tables["chair_comments"]["role"]) == {"area_chair"}
+    assert tables["status_notes"]["kind"].to_list() == ["withdrawal"] * count_invitation("Withdrawal")
+    assert tables["note_errors"].height == 0
+
+
+def test_every_sample_note_is_accounted_for(sample_build):
+    first, _, tables, _ = sample_build
+    [check] = [c for c in first.get_asset_check_evaluations() if c.check_name == "every_note_accounted_for"]
+    assert check.passed and check.metadata["failing_ids"].value == []
+    assert check.metadata["notes_received"].value == tables["raw_openreview_notes"].height
+    placed = sum(tables[t].height for t in ("submissions", "reviews", "author_responses", "reviewer_followups",
+                                            "chair_comments", "public_comments", "decisions", "meta_reviews",
+                                            "status_notes", "note_errors"))
+    assert placed == tables["raw_openreview_notes"].height  # the sample has one version of each note
+    decided = tables["submissions"].filter(pl.col("decision_source") == "decision_note")
+    assert decided.height == count_invitation("Decision")
+    assert set(decided["decision"]) <= {"oral", "spotlight", "poster", "accept", "reject"}
+
+
+def test_a_lost_note_fails_the_blocking_accounting_check_with_its_forum(tmp_path, monkeypatch):
+    """A classification bug that drops a table's rows (here: every chair comment) must not build green."""
+    real_build_tables = assets.forum_tables.build_tables
+
+    def losing_chair_comments(*args, **kwargs):
+        built = real_build_tables(*args, **kwargs)
+        built.rows["chair_comments"] = []
+        return built
+
+    monkeypatch.setattr(assets.forum_tables, "build_tables", losing_chair_comments)
+    result = materialise("sample", sample_registry(tmp_path), tmp_path / "lake", dg.DagsterInstance.ephemeral(),
+                         INGESTION)
+    assert not result.success
+    [check] = [c for c in result.get_asset_check_evaluations() if c.check_name == "every_note_accounted_for"]
+    lost = area_chair_comments()
+    assert not check.passed and check.severity == dg.AssetCheckSeverity.ERROR
+    assert check.metadata["failing_ids"].value == sorted(set(lost.values()))
+    assert check.metadata["unaccounted_note_ids"].value == {f: [n for n, g in lost.items() if g == f]
+                                                              for f in sorted(set(lost.values()))}
+    # Blocking: the step fails after writing its tables, and what reads them (ingest_errors) does not run.
+    assert [e.step_key for e in result.all_events if e.is_step_failure] == ["forum_tables"]
+    materialised = {e.asset_key.to_user_string() for e in result.all_events if e.is_step_materialization}
+    assert "note_errors" in materialised and "ingest_errors" not in materialised
+    assert "ingest_errors" not in {e.step_key for e in result.all_events if e.is_step_start}
+
+
+def test_bad_notes_in_a_real_build_get_named_rows_and_the_rest_completes(tmp_path):
+    snapshot = tmp_path / "snapshot"
+    shutil.copytree(SAMPLE, snapshot)
+    forum_id = sorted(sample_forums())[0]
+    path = snapshot / "forums" / f"{forum_id}.json"
+    record = json.loads(path.read_text())
+    template = next(n for n in record["notes"] if n["id"] != forum_id)
+    paper = template["signatures"][0].rsplit("/", 1)[0]
+    record["notes"] += [
+        {**template, "id": "OrphanNote1", "replyto": "NoSuchNote", "invitations": [f"{paper}/-/Official_Comment"],
+         "signatures": [f"{paper}/Authors"], "content": {"comment": {"value": "Replying to a hidden note."}}},
+        {**template, "id": "StrangerNote", "replyto": forum_id, "invitations": [f"{paper}/-/Official_Comment"],
+         "signatures": ["~Some_Stranger1"], "content": {"comment": {"value": "Who am I?"}}},
+        v1_note("V1Note", forum_id, "Official_Comment", "Authors", forum_id, template["cdate"], comment="v1 shape"),
+    ]
+    path.write_text(json.dumps(record))
+    result = materialise("sample", sample_registry(tmp_path, snapshot), tmp_path / "lake",
+                         dg.DagsterInstance.ephemeral(), INGESTION)
+    assert result.success
+    assert failed_checks(result) == []  # every note is accounted for: the bad ones in note_errors
+    lake = Lake(tmp_path / "lake")
+    errors = lake.read_table("ingest_errors", "sample").filter(pl.col("stage") == "note")
+    assert sorted(errors.select("forum_id", "note_id", "reason").rows()) == [
+        (forum_id, "OrphanNote1", "missing_parent"), (forum_id, "StrangerNote", "unknown_signer"),
+        (forum_id, "V1Note", "api_v1_note_in_v2_venue")]
+    assert lake.read_table("submissions", "sample").height == len(sample_forums())
+    assert lake.read_table("reviews", "sample").height == count_invitation("Official_Review")
 
 
 def test_sample_pdfs_and_errors(sample_build):

@@ -11,6 +11,7 @@ import importlib.util
 import json
 import random
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -302,7 +303,7 @@ def test_env_switches_profile_and_overrides_roles(models_file: Path) -> None:
     assert registry.profile == "other"
     assert registry.models_for_role("labeller_a") == ["scripted-gpt"]
     assert registry.models_for_role("verifiers") == ["scripted-claude", "scripted-gpt-stream"]
-    with pytest.raises(ConfigurationError, match=r"role 'labeller_a'.*unknown models \['nope'\]"):
+    with pytest.raises(ConfigurationError, match=r"PEERIFY_ROLE_LABELLER_A='nope' names unknown models \['nope'\]"):
         ModelRegistry.load(models_file, env={"PEERIFY_ROLE_LABELLER_A": "nope"})
 
 
@@ -314,6 +315,7 @@ def test_preflight_names_each_model_and_missing_key_before_any_request(
     with pytest.raises(PreflightError) as raised:
         gateway.preflight(["labeller_a", "labeller_b"])
     message = str(raised.value)
+    assert "\n" not in message
     assert "'scripted-gpt'" in message and "TEST_OPENAI_KEY" in message
     assert "'scripted-claude'" in message and "TEST_ANTHROPIC_KEY" in message
     with pytest.raises(PreflightError, match="TEST_OPENAI_KEY"):
@@ -321,6 +323,69 @@ def test_preflight_names_each_model_and_missing_key_before_any_request(
     assert openai_server.request_count == 0
     with_keys = make_gateway(tmp_path / "lake", models_file, env)
     assert with_keys.preflight(["labeller_a"]) == {"labeller_a": ["scripted-gpt"]}
+
+
+# Each mistake, the environment or files that make it, and what its one-line message must name.
+CONFIGURATION_MISTAKES = {
+    "unknown profile (environment)": (
+        {"PEERIFY_LLM_PROFILE": "nope"}, None,
+        ["PEERIFY_LLM_PROFILE='nope'", "models.yaml", "(profiles: other, test)"]),
+    "unknown default profile (file)": (
+        {}, MODELS_YAML.replace("default_profile: test", "default_profile: ghost"),
+        ["models.yaml: default_profile 'ghost'", "(profiles: other, test)"]),
+    "role naming an unknown model (environment)": (
+        {"PEERIFY_ROLE_VERIFIERS": "scripted-gpt, nope"}, None,
+        ["PEERIFY_ROLE_VERIFIERS='scripted-gpt, nope'", "['nope']"]),
+    "role naming an unknown model (file)": (
+        {}, MODELS_YAML.replace("labeller_a: scripted-gpt", "labeller_a: ghost-model"),
+        ["models.yaml: profiles.test.labeller_a", "['ghost-model']"]),
+    "unknown cache mode": (
+        {"PEERIFY_LLM_CACHE_MODE": "sometimes"}, None,
+        ["PEERIFY_LLM_CACHE_MODE='sometimes'", "use, refresh, replay-only"]),
+    "models.yaml syntax": (
+        {}, MODELS_YAML.replace("  test:\n", "  test: [\n"), ["models.yaml line ", "not valid YAML"]),
+    "missing local model file": (
+        {"PEERIFY_LOCAL_GGUF": "/nonexistent/model.gguf"}, "shipped",
+        ["PEERIFY_LOCAL_GGUF='/nonexistent/model.gguf'", "GGUF model file not found"]),
+    "replay-only with an empty ledger": (
+        {"PEERIFY_LLM_CACHE_MODE": "replay-only"}, None,
+        ["replay-only", "model 'scripted-gpt' (role 'labeller_a')", "prompt 'label_rebuttal'"]),
+}
+
+
+@pytest.mark.parametrize("mistake", CONFIGURATION_MISTAKES)
+def test_each_configuration_mistake_fails_preflight_fast_in_one_line(
+    tmp_path: Path, models_file: Path, env: dict[str, str], openai_server: ScriptedOpenAIServer, mistake: str
+) -> None:
+    extra_env, registry, expected = CONFIGURATION_MISTAKES[mistake]
+    if registry == "shipped":
+        models_file = REPO_ROOT / "models.yaml"
+    elif registry is not None:
+        models_file.write_text(registry, encoding="utf-8")
+    started = time.monotonic()
+    with pytest.raises(ConfigurationError) as raised:
+        LLMGateway(tmp_path / "lake", models_file=models_file, env={**env, **extra_env}).preflight(
+            ["labeller_a"] if registry != "shipped" else None, prompts={"labeller_a": ["label_rebuttal"]})
+    elapsed = time.monotonic() - started
+    message = str(raised.value)
+    assert "\n" not in message and elapsed < 1.0, (message, elapsed)
+    for fragment in expected:
+        assert fragment in message, (fragment, message)
+    assert openai_server.request_count == 0
+
+
+def test_replay_only_preflight_passes_once_the_ledger_holds_each_model_and_prompt(
+    tmp_path: Path, models_file: Path, env: dict[str, str], openai_server: ScriptedOpenAIServer
+) -> None:
+    lake = tmp_path / "lake"
+    with make_gateway(lake, models_file, env) as recording:
+        recording.call("labeller_a", "label_rebuttal", CLAIM)
+    no_key = {k: v for k, v in env.items() if k != "TEST_OPENAI_KEY"}  # replaying needs no key: no call is made
+    replay = make_gateway(lake, models_file, no_key, cache_mode="replay-only")
+    assert replay.preflight(["labeller_a"], prompts={"labeller_a": ["label_rebuttal"]}) == {
+        "labeller_a": ["scripted-gpt"]}
+    with pytest.raises(PreflightError, match="prompt 'tag_fact'"):
+        replay.preflight(["labeller_a"], prompts={"labeller_a": ["label_rebuttal", "tag_fact"]})
 
 
 def test_vllm_engine_backend_fails_clearly_without_vllm(tmp_path: Path, models_file: Path, env: dict[str, str]) -> None:
@@ -511,6 +576,25 @@ def test_replay_only_miss_fails_loudly_and_hit_needs_no_server(
     with make_gateway(lake, models_file, offline_env, cache_mode="replay-only") as replay:
         assert replay.call("labeller_a", "label_rebuttal", CLAIM).raw_response == recorded.raw_response
     assert openai_server.request_count == 1
+
+
+def test_replay_only_batch_fails_before_any_call_naming_the_missing_ones(
+    tmp_path: Path, models_file: Path, env: dict[str, str], openai_server: ScriptedOpenAIServer
+) -> None:
+    lake = tmp_path / "lake"
+    items = [dict(CLAIM, claim=f"Claim {i}.") for i in range(4)]
+    with make_gateway(lake, models_file, env) as recording:
+        recorded = recording.map("labeller_a", "label_rebuttal", items[:2])
+    with make_gateway(lake, models_file, env, cache_mode="replay-only") as replay:
+        progress: list[int] = []
+        with pytest.raises(ReplayMissError) as raised:
+            replay.map("labeller_a", "label_rebuttal", items,
+                       progress=lambda done, total, result: progress.append(done))
+        assert "2 of 4 calls of 'labeller_a' with prompt 'label_rebuttal'" in str(raised.value)
+        assert "\n" not in str(raised.value) and progress == []
+        replayed = replay.map("labeller_a", "label_rebuttal", items[:2])
+    assert [r.raw_response for r in replayed] == [r.raw_response for r in recorded] and all(r.cached for r in replayed)
+    assert openai_server.request_count == 2
 
 
 def test_refresh_calls_again_and_appends_a_new_segment(

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import datetime
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import dagster as dg
@@ -17,6 +19,7 @@ from peerify_dagster.partitions import venue_partitions
 from peerify_dagster.resources.dagster_resources import VenueRegistryResource
 from peerify_dagster.resources.openreview import HttpPolicy, OpenReviewCrawler, make_client
 from peerify_dagster.testing.openreview_server import FakeOpenReviewServer
+from tests.cli_support import cli_env, fresh_home, peerify
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE = REPO / "peerify_dagster" / "sample_venue" / "snapshot"
@@ -131,3 +134,66 @@ def test_build_refuses_to_start_without_api_keys(tmp_path, monkeypatch, capsys):
     err = capsys.readouterr().err
     assert "OPENAI_API_KEY" in err and "ANTHROPIC_API_KEY" in err
     assert not (tmp_path / "lake" / "submissions").exists()  # nothing was built
+
+
+# --- configuration errors: one line, exit code 2, before any work ----------------------------------------------
+
+GOOD_ENTRY = "venues:\n  v:\n    source: snapshot\n    snapshot: snap\n    seed: 1\n"
+CONFIG_ERRORS = {
+    # case: (registry text, venue, extra environment, texts the one line must hold)
+    "yaml syntax": ("venues:\n  v:\n    seed: 1\n   source: api\n", "v", {}, ["venues.yaml, line 4", "not valid YAML"]),
+    "unknown venue": (GOOD_ENTRY, "Nope.cc/2026", {}, ["venues.yaml", "'Nope.cc/2026' is not registered"]),
+    "bad sample size": ("venues:\n  v:\n    seed: 1\n    sample_size: 0\n", "v", {},
+                        ["venues.yaml", "venue 'v'", "sample_size", "got 0"]),
+    "bad source": ("venues:\n  v:\n    seed: 1\n    source: ftp\n", "v", {}, ["venues.yaml", "source", "'ftp'"]),
+    "seed not an integer": ("venues:\n  v:\n    seed: soon\n", "v", {}, ["venues.yaml", "'seed'", "'soon'"]),
+    "missing snapshot": (GOOD_ENTRY.replace("snap\n", "nowhere\n"), "v", {}, ["venue 'v'", "snapshot 'nowhere'"]),
+    "unknown profile": (GOOD_ENTRY, "v", {"PEERIFY_LLM_PROFILE": "no-such-profile"}, ["no-such-profile"]),
+    "unknown role model": (GOOD_ENTRY, "v", {"PEERIFY_ROLE_VERIFIERS": "gpt-9"}, ["gpt-9"]),
+    "bad cache mode": (GOOD_ENTRY, "v", {"PEERIFY_LLM_CACHE_MODE": "sometimes"}, ["sometimes"]),
+    "missing dagster home": (GOOD_ENTRY, "v", {"DAGSTER_HOME": "no-such-home"}, ["DAGSTER_HOME", "no-such-home"]),
+    "dagster.yaml syntax": (GOOD_ENTRY, "v", {"dagster.yaml": "telemetry:\n  enabled: [false\n"},
+                            ["dagster.yaml, line 3", "not valid YAML"]),
+}
+
+
+@pytest.mark.parametrize("case", CONFIG_ERRORS)
+def test_build_configuration_errors_are_one_line_before_any_work(tmp_path, case):
+    registry_text, venue, extra, expected = CONFIG_ERRORS[case]
+    (tmp_path / "snap").mkdir()
+    registry = tmp_path / "venues.yaml"
+    registry.write_text(registry_text)
+    home = fresh_home(tmp_path / "home")
+    if "dagster.yaml" in extra:
+        (home / "dagster.yaml").write_text(extra.pop("dagster.yaml"))
+    env = cli_env(tmp_path / "lake", registry, home, **extra)
+    result = peerify("build", venue, env=env)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+    assert all(text in lines[0] for text in expected), lines[0]
+    assert result.stdout == ""
+    assert result.seconds < 5  # Python start included; the checks themselves run before Dagster loads (below)
+    assert not (tmp_path / "lake").exists()  # the lake is untouched ...
+    assert sorted(p.name for p in home.iterdir()) == ["dagster.yaml"]  # ... and no Dagster instance was created
+
+
+def test_configuration_is_checked_before_dagster_loads(tmp_path):
+    registry = tmp_path / "venues.yaml"
+    registry.write_text("venues:\n  v:\n    seed: 1\n    sample_size: -3\n")
+    code = ("import sys, time\nfrom peerify_dagster import cli\nstarted = time.monotonic()\n"
+            "code = cli.main(['build', 'v'])\nprint(code, 'dagster' in sys.modules, time.monotonic() - started)")
+    done = subprocess.run([sys.executable, "-c", code], env=cli_env(tmp_path / "lake", registry, None),
+                          capture_output=True, text=True, check=True)
+    exit_code, dagster_loaded, seconds = done.stdout.split()
+    assert (exit_code, dagster_loaded) == ("2", "False")
+    assert float(seconds) < 1.0
+    assert "sample_size" in done.stderr and "-3" in done.stderr
+
+
+def test_registry_yaml_error_names_file_and_line(tmp_path):
+    path = tmp_path / "venues.yaml"
+    path.write_text("venues:\n  A.cc/2026:\n    seed: 1\n    sample_size: [3\n")
+    with pytest.raises(RegistryError) as info:
+        load_registry(path)
+    assert str(info.value).startswith(f"{path}, line 5")

@@ -91,7 +91,8 @@ def test_evaluate_runs_aggregates_per_retriever() -> None:
 
     assert set(results) == {"bm25", "dense"}
     bm25, dense = results["bm25"], results["dense"]
-    assert bm25["n_claims"] == dense["n_claims"] == 2
+    assert bm25["n_claims"] == dense["n_claims"] == bm25["n_claims_scored"] == 2
+    assert bm25["n_claims_without_manuscript"] == 0
     assert bm25["n_claims_without_gold"] == 1
     assert bm25["recall@1"] == pytest.approx(0.0)
     assert bm25["recall@5"] == pytest.approx(0.5)
@@ -105,9 +106,39 @@ def test_evaluate_runs_aggregates_per_retriever() -> None:
 def test_evaluate_runs_without_any_gold_reports_none() -> None:
     results = evaluate_runs([run_row("c1", "bm25", 1, "x")], {}, ks=(1,))
     assert results == [
-        {"retriever": "bm25", "n_claims": 0, "n_claims_without_gold": 1,
-         "recall@1": None, "ndcg@1": None, "mrr@1": None}
+        {"retriever": "bm25", "n_claims": 0, "n_claims_scored": 0, "n_claims_without_manuscript": 0,
+         "n_claims_without_gold": 1, "recall@1": None, "ndcg@1": None, "mrr@1": None}
     ]
+
+
+def test_claims_without_manuscript_are_misses_in_the_denominator() -> None:
+    # c1: gold first; c2: gold at rank 2; c3 and c4: known evidence in a paper that yielded no chunks
+    # (their run rows say no_chunks); c5: no gold (a Not Determined claim).
+    rows = [
+        run_row("c1", "bm25", 1, "g1"),
+        run_row("c2", "bm25", 1, "x"), run_row("c2", "bm25", 2, "g2"),
+        run_row("c3", "bm25", None, None),
+        run_row("c4", "bm25", None, None),
+        run_row("c5", "bm25", 1, "y"),
+    ]
+    gold = {"c1": {"g1"}, "c2": {"g2"}}
+    [row] = evaluate_runs(rows, gold, ks=(1, 5), without_manuscript={"c3", "c4"})
+    assert (row["n_claims"], row["n_claims_scored"], row["n_claims_without_manuscript"],
+            row["n_claims_without_gold"]) == (4, 2, 2, 1)
+    assert row["recall@1"] == pytest.approx(1 / 4)  # not 1/2: the two lost claims count as misses
+    assert row["recall@5"] == pytest.approx(2 / 4)
+    assert row["mrr@5"] == pytest.approx((1 + 1 / 2) / 4)
+    assert row["ndcg@5"] == pytest.approx((1 + 1 / LOG2_3) / 4)
+    # Losing a manuscript never raises a metric: the same run without the loss scores higher per claim.
+    [intact] = evaluate_runs(rows[:3] + [run_row("c3", "bm25", 1, "g3"), run_row("c4", "bm25", 1, "g4")],
+                             gold | {"c3": {"g3"}, "c4": {"g4"}}, ks=(1, 5))
+    assert intact["n_claims"] == row["n_claims"] and intact["recall@1"] == pytest.approx(3 / 4)
+
+
+def test_only_claims_without_manuscript_score_zero_not_none() -> None:
+    [row] = evaluate_runs([run_row("c1", "dense", None, None)], {}, ks=(10,), without_manuscript=["c1"])
+    assert (row["n_claims"], row["n_claims_scored"], row["n_claims_without_manuscript"]) == (1, 0, 1)
+    assert row["recall@10"] == row["mrr@10"] == row["ndcg@10"] == 0.0
 
 
 def test_markdown_table_renders_rows() -> None:

@@ -64,7 +64,8 @@ def test_every_claim_with_evidence_is_verified_and_recorded(verified):
     rows = tables["evidence_verifications"]
     queries = lake.read_table("retrieval_queries", "sample")
     chunked = set(lake.read_table("chunks", "sample")["paper_id"])
-    assert rows.height == queries.filter(pl.col("paper_id").is_in(chunked)).height
+    assert rows.height == queries.filter(pl.col("paper_id").is_in(chunked)).height == queries.height
+    assert set(rows["status"]) == {"ok"}  # every paper of the sample that has claims has a manuscript
     assert requests == rows.height  # one model request per claim
     assert set(rows["verifier"]) == {"loopback"} and set(rows["retriever"]) == {"hybrid"}
     assert (rows["evidence_chunk_ids"].list.len() == 3).all()

@@ -1,21 +1,22 @@
 """Turn the notes of crawled forums into the typed ingestion tables.
 
-Input is one `ForumNotes` per paper (every note of the forum as received). Output rows are plain
-dicts per table, plus `note_errors` for notes that could not be used; a bad note never stops the
-rest of its forum or venue. Everything here is deterministic: same notes in, same rows out.
+Input is one `ForumNotes` per paper (every note of the forum as received, older versions of a note
+included). Output rows are plain dicts per table. Every note of a forum ends up in exactly one place:
+one typed table, `note_errors` with a reason, or (an older version of a note) superseded by its latest
+version; `NOTE_TABLES` names the id column of each. A bad note never stops the rest of its forum or
+venue. Everything here is deterministic: same notes in, same rows out.
 """
 
 from __future__ import annotations
 
 import json
-import re
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from peerify_dagster.domain import notes as n
 
-# Review content fields kept as their own columns (ICLR 2024 plus NeurIPS 2024's `limitations`).
+# Review content fields kept as their own columns (ICLR 2024-2026 plus NeurIPS 2024's `limitations`).
 REVIEW_FIELDS: tuple[str, ...] = (
     "summary",
     "soundness",
@@ -30,6 +31,10 @@ REVIEW_FIELDS: tuple[str, ...] = (
     "confidence",
     "code_of_conduct",
 )
+# Numeric review fields: each also gets an integer column `<field>_score` ("3: good" -> 3, 4 -> 4).
+SCORE_FIELDS: tuple[str, ...] = ("rating", "confidence", "soundness", "presentation", "contribution")
+# Review fields whose value is a list (kept as a list column, not a JSON string).
+LIST_FIELDS: tuple[str, ...] = ("flag_for_ethics_review",)
 # Free-text fields assembled, in this order, into one review text for claim extraction.
 REVIEW_TEXT_FIELDS: tuple[str, ...] = (
     "summary",
@@ -41,16 +46,21 @@ REVIEW_TEXT_FIELDS: tuple[str, ...] = (
     "limitations",
 )
 
-TABLES: tuple[str, ...] = (
-    "submissions",
-    "reviews",
-    "author_responses",
-    "reviewer_followups",
-    "decisions",
-    "meta_reviews",
-    "review_threads",
-    "note_errors",
-)
+# The tables that hold notes, with the column holding the note id: every note of a forum is in one of them.
+NOTE_TABLES: dict[str, str] = {
+    "submissions": "paper_id",
+    "reviews": "review_id",
+    "author_responses": "response_id",
+    "reviewer_followups": "comment_id",
+    "chair_comments": "comment_id",
+    "public_comments": "comment_id",
+    "decisions": "decision_id",
+    "meta_reviews": "meta_review_id",
+    "status_notes": "note_id",
+    "note_errors": "note_id",
+}
+TABLES: tuple[str, ...] = (*NOTE_TABLES, "review_threads")
+CHAIR_ROLES = ("area_chair", "senior_area_chair", "program_chairs")
 
 
 @dataclass(frozen=True)
@@ -63,17 +73,10 @@ class ForumNotes:
 @dataclass
 class VenueTables:
     rows: dict[str, list[dict]] = field(default_factory=lambda: {t: [] for t in TABLES})
+    superseded_versions: int = 0  # older versions of notes, replaced by their latest version
 
     def add(self, table: str, row: dict) -> None:
         self.rows[table].append(row)
-
-
-def leading_score(text: str | None) -> int | None:
-    """`"6: marginally above..."` -> 6; scores are written as a number followed by a description."""
-    if not text:
-        return None
-    match = re.match(r"\s*(-?\d+)", text)
-    return int(match.group(1)) if match else None
 
 
 def assemble_review_text(note: dict) -> str:
@@ -106,93 +109,114 @@ def _word_count(text: str) -> int:
 
 
 class _Forum:
-    """One forum's valid notes with the reply tree, for threading."""
+    """One forum's notes: the readable ones (latest versions) with the reply tree, and those placed in typed
+    tables. Every other note gets its `note_errors` row here."""
 
-    def __init__(self, venue: str, forum: ForumNotes, out: VenueTables):
+    def __init__(self, venue: str, forum: ForumNotes, api_version: int, out: VenueTables):
         self.venue = venue
         self.forum_id = forum.forum_id
-        self.by_id: dict[str, dict] = {}
-        self.kind: dict[str, str] = {}
-        for raw in forum.notes:
+        self.out = out
+        self.readable: dict[str, dict] = {}  # every readable note of the forum, for reply chains
+        self.kind: dict[str, str] = {}  # the notes placed in typed tables, by id
+        superseded = n.superseded_positions(forum.notes)
+        out.superseded_versions += len(superseded)
+        classified: list[tuple[dict, str]] = []
+        for raw in (x for position, x in enumerate(forum.notes) if position not in superseded):
             try:
-                note = n.validate_note(raw)
+                note = n.read_note(raw, api_version)
             except n.MalformedNote as exc:
-                note_id = raw.get("id") if isinstance(raw, dict) else None
-                out.add("note_errors", _note_error(venue, forum.forum_id, note_id, "malformed_note", str(exc), "error"))
+                note_id = raw.get("id") if isinstance(raw, dict) and isinstance(raw.get("id"), str) else None
+                self.error(note_id, exc.reason, str(exc), "error")
                 continue
             if note["forum"] != forum.forum_id:
-                out.add(
-                    "note_errors",
-                    _note_error(
-                        venue, forum.forum_id, note["id"], "wrong_forum",
-                        f"{n.note_label(note)}: listed under forum {forum.forum_id}", "error",
-                    ),
-                )
+                self.error(note["id"], "wrong_forum", f"{n.note_label(note)}: listed under forum {forum.forum_id}")
                 continue
+            self.readable[note["id"]] = note
             kind = n.classify(note)
             if kind is None:
-                out.add(
-                    "note_errors",
-                    _note_error(
-                        venue, forum.forum_id, note["id"], "unknown_invitation",
-                        f"{n.note_label(note)}: unknown invitation(s) {', '.join(note['invitations'])}; note skipped",
-                        "warning",
-                    ),
-                )
+                self.error(note["id"], "unknown_invitation",
+                           f"{n.note_label(note)}: unknown invitation(s) {', '.join(note['invitations'])}; note skipped",
+                           "warning")
                 continue
-            self.by_id[note["id"]] = note
-            self.kind[note["id"]] = kind
+            classified.append((note, kind))
+
+        submission = self.readable.get(self.forum_id)
+        has_submission = submission is not None and any(x is submission and k == "submission" for x, k in classified)
+        for note, kind in classified:
+            if not has_submission:
+                self.error(note["id"], "missing_submission",
+                           f"{n.note_label(note)}: forum {self.forum_id} has no valid submission note; note skipped")
+            elif kind != "submission" and (problem := self._broken_chain(note)):
+                self.error(note["id"], "missing_parent", f"{n.note_label(note)}: {problem}; note skipped")
+            elif not n.signer_allowed(kind, n.signer(note).role):
+                self.error(note["id"], "unknown_signer",
+                           f"{n.note_label(note)}: a {kind.replace('_', ' ')} signed by {', '.join(note['signatures'])}, "
+                           f"no group that posts these here ({', '.join(n.SIGNERS_BY_KIND[kind] or ())}); note skipped")
+            else:
+                self.kind[note["id"]] = kind
+
+    def error(self, note_id: str | None, reason: str, message: str, severity: str = "error") -> None:
+        self.out.add("note_errors", _note_error(self.venue, self.forum_id, note_id, reason, message, severity))
+
+    def _broken_chain(self, note: dict) -> str | None:
+        """Why the note's reply chain does not lead to the submission, or None when it does."""
+        child, current, seen = note, note.get("replyto"), {note["id"]}
+        while current != self.forum_id:
+            where = "it" if child is note else f"its reply chain breaks at {child['id']}, which"
+            if current is None:
+                return f"{where} replies to no note (replyto is null)"
+            if current in seen:
+                return f"its reply chain loops at {current}"
+            if current not in self.readable:
+                return f"{where} replies to {current}, not a readable note of this forum"
+            seen.add(current)
+            child, current = self.readable[current], self.readable[current].get("replyto")
+        return None
 
     def notes_of(self, *kinds: str) -> list[dict]:
-        return sorted((x for i, x in self.by_id.items() if self.kind[i] in kinds), key=_time_key)
+        return sorted((self.readable[i] for i, k in self.kind.items() if k in kinds), key=_time_key)
+
+    def chain(self, note: dict) -> list[str]:
+        """The ids from the note's parent up to (not including) the submission."""
+        ids, current = [], note.get("replyto")
+        while current and current != self.forum_id and current in self.readable and current not in ids:
+            ids.append(current)
+            current = self.readable[current].get("replyto")
+        return ids
 
     def root_review(self, note: dict) -> str | None:
         """The review at the top of this note's reply chain, if it hangs under one (any depth)."""
-        seen = set()
-        current = note.get("replyto")
-        while current and current not in seen and current in self.by_id:
-            seen.add(current)
-            if self.kind[current] == "review":
-                return current
-            current = self.by_id[current].get("replyto")
-        return None
+        return next((i for i in self.chain(note) if self.kind.get(i) == "review"), None)
 
-
-def _is_author_response(forum: _Forum, note: dict) -> bool:
-    kind = forum.kind[note["id"]]
-    return kind in ("rebuttal", "comment") and n.signer(note).role == "authors"
+    def thread_id(self, note: dict) -> str:
+        """The note directly under the submission that starts this note's thread (the note itself if it does)."""
+        ancestors = self.chain(note)
+        return ancestors[-1] if ancestors else note["id"]
 
 
 def _submission_row(venue: str, note: dict, forum: _Forum) -> dict:
-    venueid = n.text_value(note, "venueid") or ""
-    venue_label = n.text_value(note, "venue") or ""
-    invitation_suffixes = {n.invitation_suffix(i) for i in note["invitations"]}
-    withdrawn = (
-        "Withdrawn_Submission" in invitation_suffixes
-        or venueid.endswith("Withdrawn_Submission")
-        or bool(forum.notes_of("withdrawal"))
+    outcome = n.submission_outcome(
+        note,
+        [n.text_value(d, "decision") or "" for d in forum.notes_of("decision")],
+        [forum.kind[s["id"]] for s in forum.notes_of(*n.STATUS_KINDS)],
     )
-    desk_rejected = "Desk_Rejected_Submission" in invitation_suffixes or venueid.endswith("Desk_Rejected_Submission")
-    decisions = forum.notes_of("decision")
-    decision = n.text_value(decisions[-1], "decision") if decisions else None
-    if decision is None and withdrawn:
-        decision = "Withdrawn"
-    elif decision is None and desk_rejected:
-        decision = "Desk Rejected"
     keywords = n.value(note, "keywords")
     return {
         "venue": venue,
         "paper_id": note["id"],
-        "number": note.get("number"),
+        "number": note.get("number") if isinstance(note.get("number"), int) else None,
         "title": n.text_value(note, "title"),
         "abstract": n.text_value(note, "abstract"),
         "keywords": [str(k) for k in keywords] if isinstance(keywords, list) else [],
         "primary_area": n.text_value(note, "primary_area"),
-        "tldr": n.text_value(note, "TLDR") or n.text_value(note, "tldr"),
-        "venue_label": venue_label or None,
-        "decision": decision,
-        "withdrawn": withdrawn,
-        "desk_rejected": desk_rejected,
+        "tldr": n.text_value(note, "TLDR") or n.text_value(note, "tldr") or n.text_value(note, "TL;DR"),
+        "venue_label": n.text_value(note, "venue") or None,
+        "venueid": n.text_value(note, "venueid") or None,
+        "decision": outcome.decision,
+        "decision_text": outcome.decision_text,
+        "decision_source": outcome.decision_source,
+        "withdrawn": outcome.withdrawn,
+        "desk_rejected": outcome.desk_rejected,
         "pdf_url": n.text_value(note, "pdf"),
         "cdate": note.get("cdate"),
         "mdate": note.get("mdate"),
@@ -210,9 +234,9 @@ def _review_row(venue: str, note: dict) -> dict:
         "mdate": note.get("mdate"),
     }
     for field_name in REVIEW_FIELDS:
-        row[field_name] = n.text_value(note, field_name)
-    row["rating_score"] = leading_score(row["rating"])
-    row["confidence_score"] = leading_score(row["confidence"])
+        row[field_name] = n.list_value(note, field_name) if field_name in LIST_FIELDS else n.text_value(note, field_name)
+    for field_name in SCORE_FIELDS:
+        row[f"{field_name}_score"] = n.score(n.value(note, field_name))
     extra = {k: v.get("value") for k, v in note["content"].items() if k not in REVIEW_FIELDS}
     row["extra_fields_json"] = json.dumps(extra, ensure_ascii=False, sort_keys=True) if extra else None
     row["review_text"] = assemble_review_text(note)
@@ -223,28 +247,40 @@ def _response_text(note: dict) -> str:
     return (n.text_value(note, "rebuttal") or n.text_value(note, "comment") or "").strip()
 
 
-def build_tables(venue: str, forums: Iterable[ForumNotes]) -> VenueTables:
-    """Build every typed ingestion table for a venue from its forums' raw notes."""
+def _comment_row(venue: str, forum: _Forum, note: dict) -> dict:
+    """The columns every comment table shares: where the comment sits in the forum and what it says."""
+    return {
+        "venue": venue,
+        "paper_id": forum.forum_id,
+        "comment_id": note["id"],
+        "replyto": note.get("replyto"),
+        "review_id": forum.root_review(note),
+        "thread_id": forum.thread_id(note),
+        "title": n.text_value(note, "title"),
+        "text": _response_text(note),
+        "signatures": list(note["signatures"]),
+        "cdate": note.get("cdate"),
+        "mdate": note.get("mdate"),
+    }
+
+
+def build_tables(venue: str, forums: Iterable[ForumNotes], api_version: int = 2) -> VenueTables:
+    """Build every typed ingestion table for a venue from its forums' raw notes (of API `api_version`)."""
     out = VenueTables()
     for forum_notes in sorted(forums, key=lambda f: f.forum_id):
-        forum = _Forum(venue, forum_notes, out)
-        submission = forum.by_id.get(forum.forum_id)
-        if submission is None or forum.kind[forum.forum_id] != "submission":
-            out.add(
-                "note_errors",
-                _note_error(
-                    venue, forum.forum_id, forum.forum_id, "missing_submission",
-                    f"forum {forum.forum_id}: no valid submission note; forum skipped", "error",
-                ),
-            )
-            continue
-        out.add("submissions", _submission_row(venue, submission, forum))
+        forum = _Forum(venue, forum_notes, api_version, out)
+        if forum.kind.get(forum.forum_id) != "submission":
+            continue  # each of its notes already has its `note_errors` row
+        out.add("submissions", _submission_row(venue, forum.readable[forum.forum_id], forum))
 
         reviews = forum.notes_of("review")
         for review in reviews:
             out.add("reviews", _review_row(venue, review))
 
-        author_notes = [x for x in forum.notes_of("rebuttal", "comment") if _is_author_response(forum, x)]
+        comments = forum.notes_of("comment")
+        role_of = {c["id"]: n.signer(c) for c in comments}
+        author_notes = forum.notes_of("rebuttal") + [c for c in comments if role_of[c["id"]].role == "authors"]
+        author_notes.sort(key=_time_key)
         for note in author_notes:
             out.add(
                 "author_responses",
@@ -266,13 +302,10 @@ def build_tables(venue: str, forums: Iterable[ForumNotes]) -> VenueTables:
             )
 
         reviewer_of = {r["id"]: n.signer(r).member_id for r in reviews}
-        followups = [
-            x for x in forum.notes_of("comment", "rebuttal")
-            if n.signer(x).role == "reviewer" and forum.kind[x["id"]] == "comment"
-        ]
+        followups = [c for c in comments if role_of[c["id"]].role == "reviewer"]
         for note in followups:
             review_id = forum.root_review(note)
-            reviewer_id = n.signer(note).member_id
+            reviewer_id = role_of[note["id"]].member_id
             out.add(
                 "reviewer_followups",
                 {
@@ -289,6 +322,13 @@ def build_tables(venue: str, forums: Iterable[ForumNotes]) -> VenueTables:
                 },
             )
 
+        for note in (c for c in comments if role_of[c["id"]].role in CHAIR_ROLES):
+            signer = role_of[note["id"]]
+            out.add("chair_comments", {**_comment_row(venue, forum, note), "role": signer.role,
+                                       "signer_id": signer.member_id})
+        for note in forum.notes_of("public_comment"):
+            out.add("public_comments", _comment_row(venue, forum, note))
+
         for note in forum.notes_of("decision"):
             out.add(
                 "decisions",
@@ -297,6 +337,7 @@ def build_tables(venue: str, forums: Iterable[ForumNotes]) -> VenueTables:
                     "paper_id": forum.forum_id,
                     "decision_id": note["id"],
                     "decision": n.text_value(note, "decision"),
+                    "outcome": n.normalise_outcome(n.text_value(note, "decision")),
                     "comment": n.text_value(note, "comment"),
                     "signatures": list(note["signatures"]),
                     "cdate": note.get("cdate"),
@@ -313,6 +354,21 @@ def build_tables(venue: str, forums: Iterable[ForumNotes]) -> VenueTables:
                     "metareview": n.text_value(note, "metareview"),
                     "recommendation": n.text_value(note, "recommendation"),
                     "confidence": n.text_value(note, "confidence"),
+                    "cdate": note.get("cdate"),
+                },
+            )
+        for note in forum.notes_of(*n.STATUS_KINDS):
+            content = {k: v.get("value") for k, v in note["content"].items()}
+            out.add(
+                "status_notes",
+                {
+                    "venue": venue,
+                    "paper_id": forum.forum_id,
+                    "note_id": note["id"],
+                    "kind": forum.kind[note["id"]],
+                    "invitation": next(i for i in note["invitations"] if "/-/" in i),
+                    "signatures": list(note["signatures"]),
+                    "content_json": json.dumps(content, ensure_ascii=False, sort_keys=True),
                     "cdate": note.get("cdate"),
                 },
             )
@@ -348,3 +404,24 @@ def build_tables(venue: str, forums: Iterable[ForumNotes]) -> VenueTables:
                 },
             )
     return out
+
+
+# Reasons whose share of a venue's note errors points at the likely cause of a venue with no typed rows.
+_EMPTY_VENUE_CAUSES = {
+    "api_v1_note_in_v2_venue": "API v1 notes in a v2 venue: set `api_version: 1` for the venue in the registry",
+    "api_v2_note_in_v1_venue": "API v2 notes in a v1 venue: set `api_version: 2` for the venue in the registry",
+    "unknown_invitation": "no invitation of these notes is one the project knows (another venue's format?)",
+    "malformed_note": "the notes are malformed (not the OpenReview note shape)",
+    "missing_submission": "no forum has a valid submission note",
+    "wrong_forum": "the notes belong to other forums than the ones they are filed under",
+}
+
+
+def likely_cause_of_empty_tables(note_errors: list[dict]) -> str:
+    """The most frequent note error's explanation, for a venue whose raw notes gave no typed rows."""
+    reasons = Counter(row["reason"] for row in note_errors)
+    if not reasons:
+        return "no note was classified (no note errors either)"
+    reason, count = reasons.most_common(1)[0]
+    explanation = _EMPTY_VENUE_CAUSES.get(reason, reason)
+    return f"{explanation} ({count} of {sum(reasons.values())} note errors are `{reason}`)"

@@ -60,3 +60,12 @@ def gold_chunk_ids(
             if needle in normalise_space(text):
                 gold[claim["claim_id"]].add(chunk_id)
     return dict(gold)
+
+
+def claims_without_manuscript(
+    claims: Iterable[Mapping], chunks_by_paper: Mapping[str, list[tuple[str, str]]]
+) -> set[str]:
+    """Ids of the claims with an evidence sentence whose paper has no chunks (no PDF, or one that could not be
+    parsed): their gold is known to exist but cannot be found, which the metrics must count, not drop."""
+    return {claim["claim_id"] for claim in claims
+            if claim.get("evidence_sentence") and not chunks_by_paper.get(claim["paper_id"])}

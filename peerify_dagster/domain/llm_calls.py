@@ -1,6 +1,6 @@
 """Pure logic of an LLM call: identity, messages, strict JSON parsing, cost.
 
-Everything here is deterministic and free of I/O so the gateway (resources/llm_gateway.py)
+Everything here is deterministic and free of I/O so the gateway (resources/llm_gateway/)
 stays a thin shell around it. A call's identity is the sha256 of everything that can change
 the answer (backend, model, template hash, rendered messages, decoding parameters including
 the output schema): two calls with the same id are interchangeable, which is what lets the

@@ -2,12 +2,13 @@
 
 A run is the row table written by `retrieval.retrieve_claims` (claim_id, retriever, rank,
 chunk_id, ...). Claims with no gold evidence cannot be scored; they are counted, not averaged.
+Claims whose gold evidence is known to exist in a manuscript that yielded no chunks are misses.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 
@@ -73,30 +74,38 @@ def evaluate_runs(
     run_rows: Iterable[Mapping[str, Any]],
     gold: Mapping[str, set[str]],
     ks: Sequence[int] = (1, 5, 10),
+    without_manuscript: Collection[str] = (),
 ) -> list[dict[str, Any]]:
     """One row per retriever: recall@k for each k, ndcg@K and mrr@K at K = max(ks), claim counts.
 
     The claims scored are those present in the run (under any retriever) that have gold
     evidence; a claim a retriever has no rows for scores 0 for it, so a retriever that failed
-    on some claims is not flattered. Claims without gold are counted in n_claims_without_gold.
+    on some claims is not flattered. Claims in `without_manuscript` (known evidence, but their
+    paper yielded no chunks) score 0 on every metric as well: they stay in the denominator, so a
+    lost manuscript lowers the averages instead of raising them by shrinking the set. Counts:
+    n_claims (the denominator) = n_claims_scored + n_claims_without_manuscript; claims in the
+    run without gold are counted in n_claims_without_gold and not averaged.
     """
     if not ks:
         raise ValueError("ks must name at least one cutoff")
     depth = max(ks)
     rankings = rankings_by_retriever(run_rows)
+    missing = set(without_manuscript)
     claims_in_run = {claim_id for claims in rankings.values() for claim_id in claims}
-    scored = sorted(claim_id for claim_id in claims_in_run if gold.get(claim_id))
-    without_gold = len(claims_in_run) - len(scored)
+    scored = sorted(claim_id for claim_id in claims_in_run - missing if gold.get(claim_id))
+    without_gold = len(claims_in_run - missing) - len(scored)
+    n_claims = len(scored) + len(missing)
 
     results: list[dict[str, Any]] = []
     for retriever in sorted(rankings):
         ranked_for = rankings[retriever]
-        row: dict[str, Any] = {"retriever": retriever, "n_claims": len(scored), "n_claims_without_gold": without_gold}
+        row: dict[str, Any] = {"retriever": retriever, "n_claims": n_claims, "n_claims_scored": len(scored),
+                               "n_claims_without_manuscript": len(missing), "n_claims_without_gold": without_gold}
         metrics = {f"recall@{k}": (recall_at_k, k) for k in ks}
         metrics |= {f"ndcg@{depth}": (ndcg_at_k, depth), f"mrr@{depth}": (mrr_at_k, depth)}
         for metric_name, (metric, k) in metrics.items():
-            values = [metric(ranked_for.get(claim_id, []), gold[claim_id], k) for claim_id in scored]
-            row[metric_name] = sum(values) / len(values) if values else None
+            total = sum(metric(ranked_for.get(claim_id, []), gold[claim_id], k) for claim_id in scored)
+            row[metric_name] = total / n_claims if n_claims else None  # the missing claims add 0
         results.append(row)
     return results
 

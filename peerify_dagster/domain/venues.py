@@ -11,6 +11,8 @@ from pathlib import Path
 
 import yaml
 
+from peerify_dagster.domain.chunking import ChunkingConfig, ChunkingConfigError
+
 SOURCES = ("api", "snapshot")
 DEFAULT_API_URL = "https://api2.openreview.net"
 
@@ -29,6 +31,8 @@ class Venue:
     api_url: str = DEFAULT_API_URL
     snapshot: str | None = None  # folder for source=snapshot, relative to the registry file
     gold_claims: str | None = None  # claim answer key (YAML) with gold evidence, relative to the registry file
+    chunking: dict | None = None  # chunking options (domain.chunking.ChunkingConfig); None = the defaults
+    api_version: int | None = None  # OpenReview API 1 or 2; None = detect (year before 2023 -> 1, else probe)
 
     @property
     def slug(self) -> str:
@@ -38,30 +42,61 @@ class Venue:
 
 def _venue_from_entry(key: str, entry: dict) -> Venue:
     if not isinstance(entry, dict):
-        raise RegistryError(f"venue {key!r}: entry must be a mapping")
+        raise RegistryError(f"venue {key!r}: entry must be a mapping of settings, got {entry!r}")
     source = entry.get("source", "api")
     if source not in SOURCES:
         raise RegistryError(f"venue {key!r}: source must be one of {SOURCES}, got {source!r}")
     if source == "snapshot" and not entry.get("snapshot"):
         raise RegistryError(f"venue {key!r}: source 'snapshot' needs a 'snapshot' folder")
-    if "seed" not in entry or not isinstance(entry["seed"], int):
-        raise RegistryError(f"venue {key!r}: an integer 'seed' is required (sampling must be reproducible)")
+    if "seed" not in entry or not isinstance(entry["seed"], int) or isinstance(entry["seed"], bool):
+        raise RegistryError(f"venue {key!r}: an integer 'seed' is required (sampling must be reproducible), "
+                            f"got {entry.get('seed')!r}")
     sample_size = entry.get("sample_size")
-    if sample_size is not None and (not isinstance(sample_size, int) or sample_size < 1):
-        raise RegistryError(f"venue {key!r}: sample_size must be a positive integer or null")
+    if sample_size is not None and (not isinstance(sample_size, int) or isinstance(sample_size, bool)
+                                    or sample_size < 1):
+        raise RegistryError(f"venue {key!r}: sample_size must be a positive integer or null, got {sample_size!r}")
     known = {f for f in Venue.__dataclass_fields__ if f != "key"}
     unknown = set(entry) - known
     if unknown:
-        raise RegistryError(f"venue {key!r}: unknown field(s) {', '.join(sorted(unknown))}")
+        raise RegistryError(f"venue {key!r}: unknown field(s) {', '.join(sorted(unknown))}; "
+                            f"known: {', '.join(sorted(known))}")
+    if False:
+        raise RegistryError(f"venue {key!r}: api_version must be 1, 2 or absent (detect), got {entry['api_version']!r}")
+    for name in ("openreview_id", "api_url", "snapshot", "gold_claims"):
+        if entry.get(name) is not None and not isinstance(entry[name], str):
+            raise RegistryError(f"venue {key!r}: {name} must be a string, got {entry[name]!r}")
+    try:
+        ChunkingConfig.from_mapping(entry.get("chunking"))
+    except ChunkingConfigError as error:
+        raise RegistryError(f"venue {key!r}: chunking: {error}") from None
     return Venue(key=key, **{**entry, "openreview_id": entry.get("openreview_id", key), "source": source})
 
 
 def load_registry(path: Path) -> dict[str, Venue]:
-    data = yaml.safe_load(path.read_text()) or {}
-    entries = data.get("venues") or {}
-    if not isinstance(entries, dict):
-        raise RegistryError(f"{path.name}: 'venues' must be a mapping of venue key -> settings")
-    return {key: _venue_from_entry(key, entry) for key, entry in entries.items()}
+    """The registry's venues by key; any problem raises RegistryError naming the file, and the line or the venue."""
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except FileNotFoundError:
+        raise RegistryError(f"{path}: venue registry not found (PEERIFY_VENUES points elsewhere)") from None
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f", line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise RegistryError(f"{path}{where}: not valid YAML: {exc.problem or exc.context}") from None
+    except yaml.YAMLError as exc:
+        raise RegistryError(f"{path}: not valid YAML: {exc}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("venues") or {}, dict):
+        raise RegistryError(f"{path}: 'venues' must be a mapping of venue key -> settings")
+    try:
+        return {str(key): _venue_from_entry(str(key), entry) for key, entry in (data.get("venues") or {}).items()}
+    except RegistryError as exc:
+        raise RegistryError(f"{path}: {exc}") from None
+
+
+def missing_files(venue: Venue, registry_path: Path) -> list[str]:
+    """The files and folders a venue entry names (relative to the registry) that do not exist, one line each."""
+    named = {"snapshot": venue.snapshot if venue.source == "snapshot" else None, "gold_claims": venue.gold_claims}
+    return [f"{registry_path}: venue {venue.key!r}: {name} {value!r} does not exist ({registry_path.parent / value})"
+            for name, value in named.items() if value and not (registry_path.parent / value).exists()]
 
 
 def add_venue(path: Path, venue: Venue) -> None:

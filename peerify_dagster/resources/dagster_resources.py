@@ -9,11 +9,9 @@ import dagster as dg
 import polars as pl
 
 from peerify_dagster.domain.venues import Venue, load_registry
-from peerify_dagster.resources.lake import REPO_ROOT, Lake
+from peerify_dagster.paths import DEFAULT_LAKE, DEFAULT_REGISTRY
+from peerify_dagster.resources.lake import Lake, UnreadablePartitionError
 from peerify_dagster.resources.openreview import HttpPolicy, make_client
-
-DEFAULT_LAKE = os.environ.get("PEERIFY_LAKE", str(REPO_ROOT / "data_lake"))
-DEFAULT_REGISTRY = os.environ.get("PEERIFY_VENUES", str(REPO_ROOT / "venues.yaml"))
 
 
 def markdown_preview(frame: pl.DataFrame, rows: int = 5, width: int = 60) -> str:
@@ -63,12 +61,14 @@ class OpenReviewResource(dg.ConfigurableResource):
     retries: int = 6
     backoff_s: float = 1.0
 
-    def client(self, api_url: str):
-        return make_client(api_url, HttpPolicy(timeout_s=self.timeout_s, retries=self.retries, backoff_s=self.backoff_s))
+    def client(self, api_url: str, api_version: int = 2):
+        policy = HttpPolicy(timeout_s=self.timeout_s, retries=self.retries, backoff_s=self.backoff_s)
+        return make_client(api_url, policy, api_version)
 
 
 class ParquetLakeIOManager(dg.ConfigurableIOManager):
-    """Stores each asset partition as `<lake>/<asset>/<partition>.parquet` and refreshes the catalog."""
+    """Stores each asset partition as `<lake>/<asset>/<partition>.parquet`. The catalog is refreshed outside
+    the steps (see lake.py), so a bad file of another table or a process holding the catalog never fails a step."""
 
     root: str = DEFAULT_LAKE
 
@@ -76,10 +76,8 @@ class ParquetLakeIOManager(dg.ConfigurableIOManager):
         return context.partition_key if context.has_partition_key else None
 
     def handle_output(self, context: dg.OutputContext, obj: pl.DataFrame) -> None:
-        lake = Lake(self.root)
         table = context.asset_key.path[-1]
-        path = lake.write_table(table, self._partition(context), obj)
-        lake.refresh_catalog()
+        path = Lake(self.root).write_table(table, self._partition(context), obj)
         context.add_output_metadata({
             "dagster/row_count": obj.height,
             "path": dg.MetadataValue.path(str(path)),
@@ -92,7 +90,16 @@ class ParquetLakeIOManager(dg.ConfigurableIOManager):
     def load_input(self, context: dg.InputContext) -> pl.DataFrame:
         table = context.asset_key.path[-1]
         partition = context.asset_partition_key if context.has_asset_partitions else None
-        return Lake(self.root).read_table(table, partition)
+        try:
+            return Lake(self.root).read_table(table, partition)
+        except UnreadablePartitionError as exc:
+            rebuild = f"`peerify build {partition}` rebuilds it" if partition else "materialise it again"
+            raise dg.Failure(
+                description=(f"input {table} (partition {partition!r}) cannot be read: {exc.path} is unreadable "
+                             f"({exc.reason}). Re-materialise {table} for {partition!r}: {rebuild} "
+                             "(a build materialises every asset of the venue)."),
+                metadata={"path": dg.MetadataValue.path(str(exc.path)), "asset": table, "partition": str(partition)},
+            ) from exc
 
 
 class DocumentParserResource(dg.ConfigurableResource):

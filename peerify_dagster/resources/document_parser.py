@@ -8,11 +8,14 @@ Which Docling path runs, and why:
   is reported, not guessed at.
 * Without it, PDFs go through docling-slim's model-free `NativePdfPipeline` (parser
   "docling-native"). Its `DoclingDocument` holds only unordered text items, but the
-  `ConversionResult` keeps each page's docling-parse `SegmentedPdfPage`, whose text-line cells
-  carry a box and a font name. Those are all that structure recovery needs: the font size is
-  read from the line box height (docling-parse reports no point size) and the weight from the
-  font name (`Helvetica-Bold`, `NimbusRomNo9L-Medi`, `CMBX10`). Calling docling-parse directly
-  would give the same cells, so the Docling pipeline is used and its version recorded.
+  `ConversionResult` keeps each page's docling-parse `SegmentedPdfPage`, whose text-line and
+  word cells carry a box and a font name. Those are all that structure recovery needs: a line's
+  size is the box height most of its words share (docling-parse reports no point size, and a
+  raised footnote marker stretches a line's box), its weight and slant come from its words' font
+  names (`Helvetica-Bold`, `NimbusRomNo9L-Medi`, `CMBX10`, `LinLibertineTI`), and a line that
+  opens in bold or italic records it (a run-in heading). A page whose text runs sideways
+  (a landscape page) is turned upright first. Calling docling-parse directly would give the same
+  cells, so the Docling pipeline is used and its version recorded.
   `peerify_dagster.domain.layout` rebuilds headings, paragraphs, tables and reading order.
 * HTML and Markdown go through Docling's own backends ("docling-html", "docling-markdown");
   plain text is split on blank lines ("plain-text").
@@ -20,7 +23,10 @@ Which Docling path runs, and why:
 Before Docling sees a PDF, a pypdf pre-flight turns the common unusable inputs into
 `ManuscriptParseError`s with a machine-readable reason: "not_a_pdf", "truncated", "damaged",
 "encrypted" (a user password is needed; owner-only restrictions are read normally) and
-"zero_pages"; after parsing, "no_text_layer" when no page holds any text.
+"zero_pages"; after reading the text layer, "no_text_layer" when no page holds any text (scanned)
+and "broken_font_encoding" when most characters are glyphs without a Unicode mapping. Scanned
+pages among text pages and rotated pages are named in the options (`pages_without_text`,
+`rotated_pages`); the rest of the paper parses.
 """
 
 from __future__ import annotations
@@ -28,8 +34,9 @@ from __future__ import annotations
 import logging
 import os
 import re
+from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib.metadata import PackageNotFoundError, version
 from io import BytesIO
 from pathlib import Path
@@ -41,9 +48,12 @@ from peerify_dagster.domain.layout import (
     LayoutElement,
     TextLine,
     assemble_blocks,
+    clean_line_text,
     elements_from_plain_text,
     is_bold_font,
+    is_italic_font,
     recover_blocks,
+    unreadable_share,
 )
 
 ParserName = Literal[
@@ -219,33 +229,155 @@ def _elements_from_docling(document: Any) -> list[LayoutElement]:
     return elements
 
 
-def _lines_from_native_pages(pages: Iterable[Any]) -> tuple[list[TextLine], dict[int, tuple[float, float]]]:
+@dataclass
+class PdfText:
+    """What the model-free path reads from a PDF: positioned lines, page sizes and raster-image boxes,
+    every page turned so that its text runs left to right (`rotated_pages`: pages that needed it)."""
+
+    lines: list[TextLine]
+    page_sizes: dict[int, tuple[float, float]]
+    image_boxes: dict[int, list[tuple[float, float, float, float]]]
+    pages: int
+    rotated_pages: list[int] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class _Box:
+    l: float  # noqa: E741 - Docling's name for the left edge
+    t: float
+    r: float
+    b: float
+
+
+def _text_angle(cells: Iterable[Any]) -> int:
+    """How far a page's text is turned clockwise (0, 90, 180, 270), from the baselines of its line cells."""
     from docling_core.types.doc import CoordOrigin
 
-    lines: list[TextLine] = []
-    sizes: dict[int, tuple[float, float]] = {}
+    weights: Counter[int] = Counter()
+    for cell in cells:
+        rect = cell.rect
+        dx, dy = rect.r_x1 - rect.r_x0, rect.r_y1 - rect.r_y0
+        if rect.coord_origin == CoordOrigin.BOTTOMLEFT:
+            dy = -dy
+        angle = (0 if dx >= 0 else 180) if abs(dx) >= abs(dy) else (90 if dy > 0 else 270)
+        weights[angle] += len(cell.text)
+    return weights.most_common(1)[0][0] if weights else 0
+
+
+def _upright(box: Any, angle: int, width: float, height: float) -> _Box:
+    """A top-left-origin box on a page whose text is turned by `angle`, in the frame where the text is upright."""
+    if angle == 90:
+        return _Box(box.t, width - box.r, box.b, width - box.l)
+    if angle == 270:
+        return _Box(height - box.b, box.l, height - box.t, box.r)
+    if angle == 180:
+        return _Box(width - box.r, height - box.b, width - box.l, height - box.t)
+    return _Box(box.l, box.t, box.r, box.b)
+
+
+def _top_left_box(rect: Any, page_height: float) -> _Box:
+    """The axis-aligned box of a cell's rectangle with the origin at the top-left (read from its corners:
+    converting through Docling's pydantic models costs more than the rest of the parse)."""
+    from docling_core.types.doc import CoordOrigin
+
+    xs = (rect.r_x0, rect.r_x1, rect.r_x2, rect.r_x3)
+    ys = (rect.r_y0, rect.r_y1, rect.r_y2, rect.r_y3)
+    if rect.coord_origin == CoordOrigin.BOTTOMLEFT:
+        ys = tuple(page_height - y for y in ys)
+    return _Box(min(xs), min(ys), max(xs), max(ys))
+
+
+def _line_from_words(page_no: int, cell: Any, box: Any, words: list[tuple[Any, Any]]) -> TextLine:
+    """One text line, styled from its words. A footnote marker or a subscript stretches the line's box (and
+    its word's box), so the size is the height most of the line's words share; the weight is the share of
+    bold characters, not the first glyph's font."""
+    font_name = getattr(cell, "font_name", "")
+    if not words:
+        return TextLine(page_no, box.l, box.t, box.r, box.b, box.b - box.t, is_bold_font(font_name), cell.text,
+                        italic=is_italic_font(font_name))
+    words.sort(key=lambda item: item[1].l)
+    heights = Counter(round((word_box.b - word_box.t) * 4) / 4 for _, word_box in words)
+    size = max(heights.items(), key=lambda item: (item[1], item[0]))[0]
+    styles = [(is_bold_font(word.font_name), is_italic_font(word.font_name), len(word.text)) for word, _ in words]
+    total = sum(length for _, _, length in styles) or 1
+    bold = sum(length for is_bold, _, length in styles if is_bold) / total >= 0.6
+    italic = sum(length for _, is_italic, length in styles if is_italic) / total >= 0.6
+    lead = 0
+    while lead < len(styles) and (styles[lead][0] or styles[lead][1]):
+        lead += 1
+    # A run-in heading: the line opens with emphasised words and goes on in the regular face.
+    lead_words = sum(len(word.text.split()) for word, _ in words[:lead]) if 0 < lead < len(styles) else 0
+    return TextLine(page_no, box.l, box.t, box.r, box.b, size, bold, cell.text, italic=italic, lead_emphasis=lead_words)
+
+
+def read_native_pages(pages: Iterable[Any]) -> PdfText:
+    """Positioned lines from docling-parse's segmented pages (text-line cells styled by their word cells)."""
+    text = PdfText([], {}, {}, 0)
     for page in pages:
+        text.pages += 1
         width, height = page.size.width, page.size.height
-        sizes[page.page_no] = (width, height)
-        if page.parsed_page is None:
+        parsed = page.parsed_page
+        angle = _text_angle(parsed.textline_cells) if parsed is not None else 0
+        if angle:
+            text.rotated_pages.append(page.page_no)
+        # A page displayed turned (a landscape table, a page scanned sideways) is read in the frame of its text.
+        text.page_sizes[page.page_no] = (height, width) if angle in (90, 270) else (width, height)
+
+        def upright(rect: Any) -> _Box:
+            return _upright(_top_left_box(rect, height), angle, width, height)
+
+        if parsed is None:
             continue
-        for cell in page.parsed_page.textline_cells:
-            box = cell.rect.to_bounding_box()
-            if box.coord_origin == CoordOrigin.BOTTOMLEFT:
-                box = box.to_top_left_origin(page_height=height)
-            lines.append(
-                TextLine(
-                    page=page.page_no,
-                    x0=box.l,
-                    y0=box.t,
-                    x1=box.r,
-                    y1=box.b,
-                    font_size=box.b - box.t,
-                    bold=is_bold_font(getattr(cell, "font_name", "")),
-                    text=cell.text,
-                )
-            )
-    return lines, sizes
+        text.image_boxes[page.page_no] = [
+            (box.l, box.t, box.r, box.b) for box in (upright(bitmap.rect) for bitmap in parsed.bitmap_resources)
+        ]
+        # Words are bucketed by height band so that each line looks only at its neighbours.
+        buckets: dict[int, list[tuple[Any, _Box]]] = {}
+        for word in parsed.word_cells:
+            word_box = upright(word.rect)
+            buckets.setdefault(int((word_box.t + word_box.b) / 2 // 8), []).append((word, word_box))
+        for cell in parsed.textline_cells:
+            box = upright(cell.rect)
+            members = [
+                (word, word_box)
+                for bucket in range(int(box.t // 8) - 1, int(box.b // 8) + 2)
+                for word, word_box in buckets.get(bucket, ())
+                if box.l - 1 <= (word_box.l + word_box.r) / 2 <= box.r + 1
+                and box.t - 1 <= (word_box.t + word_box.b) / 2 <= box.b + 1
+            ]
+            text.lines.append(_line_from_words(page.page_no, cell, box, members))
+    return text
+
+
+# Beyond this share of glyphs without a Unicode mapping, the text is not the paper's words.
+MAX_UNREADABLE_SHARE = 0.3
+
+
+def _text_layer_report(paper_id: str, text: PdfText) -> dict[str, Any]:
+    """Check the text layer before structure recovery: scanned pages and broken font encodings.
+
+    Image-only pages among text pages are reported in the options (their text is missing, the rest
+    parses); a document whose text is mostly unmapped glyphs fails with a named reason.
+    """
+    text_pages = {line.page for line in text.lines if line.text.strip()}
+    if not text_pages:
+        raise ManuscriptParseError(paper_id, "no_text_layer", f"none of its {text.pages} page(s) holds text (scanned?)")
+    joined = "".join(line.text for line in text.lines)
+    share = unreadable_share(joined)
+    if share > MAX_UNREADABLE_SHARE:
+        raise ManuscriptParseError(
+            paper_id, "broken_font_encoding",
+            f"{share:.0%} of its characters are glyphs without a Unicode mapping (fonts lack a ToUnicode map)",
+        )
+    report: dict[str, Any] = {}
+    if text.rotated_pages:
+        report["rotated_pages"] = text.rotated_pages
+    missing = sorted(set(text.page_sizes) - text_pages)
+    if missing:
+        report["pages_without_text"] = missing
+    if share > 0:
+        report["unreadable_glyph_share"] = round(share, 4)
+    return report
 
 
 class DocumentParser:
@@ -329,31 +461,43 @@ class DocumentParser:
             reason = "layout_model_unavailable" if kind == "layout" else "conversion_failed"
             raise ManuscriptParseError(paper_id, reason, f"{type(error).__name__}: {error}") from error
 
-    def _parse_pdf(self, paper_id: str, name: str, data: bytes) -> ParsedDocument:
+    def _convert_pdf(self, kind: str, paper_id: str, name: str, data: bytes) -> Any:
         from docling.datamodel.base_models import ConversionStatus
 
         _check_pdf(paper_id, data)
-        kind = "layout" if self.artifacts_path else "native"
         result = self._convert(kind, paper_id, name, data)
         if result.status == ConversionStatus.FAILURE:
             messages = "; ".join(error.error_message for error in result.errors) or "no detail"
             reason = "truncated" if "truncated" in messages else "conversion_failed"
             raise ManuscriptParseError(paper_id, reason, f"Docling failed: {messages}")
+        return result
+
+    def read_pdf_text(self, source: str | os.PathLike[str] | bytes, source_name: str | None = None) -> PdfText:
+        """The positioned text lines the model-free path recovers structure from (for inspection and benchmarks)."""
+        data = source if isinstance(source, bytes) else Path(source).read_bytes()
+        name = source_name or (Path(source).name if not isinstance(source, bytes) else "manuscript.pdf")
+        return read_native_pages(self._convert_pdf("native", Path(name).stem, name, data).pages)
+
+    def _parse_pdf(self, paper_id: str, name: str, data: bytes) -> ParsedDocument:
+        kind = "layout" if self.artifacts_path else "native"
+        result = self._convert_pdf(kind, paper_id, name, data)
         page_count = len(result.pages)
         if kind == "layout":
             blocks = assemble_blocks(_elements_from_docling(result.document))
             options = {"pipeline": "StandardPdfPipeline", "artifacts_path": self.artifacts_path, "do_ocr": False,
                        "do_table_structure": True}
-            parser: ParserName = "docling-layout"
-        else:
-            lines, sizes = _lines_from_native_pages(result.pages)
-            blocks = recover_blocks(lines, sizes)
-            options = {"pipeline": "NativePdfPipeline", "text_cell_unit": "line", "parser_threads": self.parser_threads,
-                       "structure": f"peerify layout rules v{LAYOUT_VERSION}"}
-            parser = "docling-native"
+            return self._finish(paper_id, "docling-layout", options, page_count, blocks)
+        text = read_native_pages(result.pages)
+        # Free Docling's page objects (tens of thousands of pydantic cells) before structure recovery, so the
+        # garbage collector does not walk them again and again while the layout rules allocate.
+        del result
+        options = {"pipeline": "NativePdfPipeline", "text_cell_unit": "line", "parser_threads": self.parser_threads,
+                   "structure": f"peerify layout rules v{LAYOUT_VERSION}", **_text_layer_report(paper_id, text)}
+        lines = [line for line in (replace(line, text=clean_line_text(line.text)) for line in text.lines) if line.text]
+        blocks = recover_blocks(lines, text.page_sizes, text.image_boxes)
         if not blocks:
             raise ManuscriptParseError(paper_id, "no_text_layer", f"none of its {page_count} page(s) holds text")
-        return self._finish(paper_id, parser, options, page_count, blocks)
+        return self._finish(paper_id, "docling-native", options, page_count, blocks)
 
     def _parse_markup(self, paper_id: str, name: str, data: bytes, source_format: SourceFormat) -> ParsedDocument:
         suffix = {"html": ".html", "markdown": ".md"}[source_format]

@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+from peerify_dagster.resources.processes import process_alive
+
+TEMPORARY_NAME = re.compile(r"^\.(?P<name>.+)\.(?P<pid>\d+)\.tmp$")  # what atomic_path names its temporaries
 
 
 @contextmanager
@@ -18,7 +23,7 @@ def atomic_path(path: Path) -> Iterator[Path]:
     and it is removed if the write fails.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # matches TEMPORARY_NAME
     try:
         yield temporary
         os.replace(temporary, path)
@@ -33,3 +38,14 @@ def write_atomic(path: Path, data: bytes) -> None:
 
 def write_json_atomic(path: Path, obj: Any) -> None:
     write_atomic(path, json.dumps(obj, ensure_ascii=False, indent=1).encode("utf-8"))
+
+
+def remove_stale_temporaries(root: Path) -> list[Path]:
+    """Remove the temporaries that writers killed mid-write left under `root` (their pid no longer runs)."""
+    removed = []
+    for path in root.rglob(".*.tmp"):
+        match = TEMPORARY_NAME.match(path.name)
+        if match and path.is_file() and not process_alive(int(match["pid"])):
+            path.unlink(missing_ok=True)
+            removed.append(path)
+    return removed

@@ -2,33 +2,139 @@
 
 Partition files are replaced atomically (temp file + rename), so a re-run never appends duplicates
 and a crash never leaves half a partition. The catalog (`peerify.duckdb`) holds only views, defined
-in `sql/<table>.sql`; DuckDB allows one writer, so catalog refreshes take a file lock.
+in `sql/<table>.sql` (`{files}` there stands for the table's Parquet files). It is refreshed outside
+asset steps (at the end of `peerify build`, by `peerify sql`, after runs in `make dev`), and a refresh
+never raises: an unreadable partition file is left out of its view and reported by name, and a catalog
+held by another process is reported as such. Queries open the catalog read-only and run read statements only.
 """
 
 from __future__ import annotations
 
-import fcntl
-import os
-from contextlib import contextmanager
+import re
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
 
 import duckdb
 import polars as pl
+import pyarrow.parquet as pq
 
+from peerify_dagster.paths import REPO_ROOT
 from peerify_dagster.resources.files import atomic_path
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 SQL_DIR = REPO_ROOT / "sql"
 CATALOG_FILE = "peerify.duckdb"
+# Tables written by the LLM gateway for every venue at once (ledger segments), not one file per venue partition.
+SHARED_TABLES = frozenset({"llm_calls"})
+CATALOG_WAIT_S = 5.0  # how long to wait for another process's hold on the catalog before giving up
+
+# `peerify sql` runs these statement kinds only; EXPLAIN is checked on the statement it explains.
+READ_PRAGMAS = frozenset({
+    "table_info", "show", "show_tables", "show_tables_expanded", "database_list", "database_size", "version",
+    "storage_info", "metadata_info", "functions", "collations", "platform", "user_agent",
+})
+_EXPLAIN_PREFIX = re.compile(r"^\s*explain\s*(\([^)]*\))?\s*(analy[sz]e\b)?", re.IGNORECASE)
+_PRAGMA_NAME = re.compile(r"^\s*pragma\s+(\w+)", re.IGNORECASE)
 
 
 def partition_slug(partition_key: str | None) -> str:
     return "all" if partition_key is None else partition_key.replace("/", "__")
 
 
+def partition_key_of(path: Path) -> str:
+    """The partition key a partition file was written for (the inverse of `partition_slug`)."""
+    return path.stem.replace("__", "/")
+
+
+class UnreadablePartitionError(RuntimeError):
+    """A partition file exists but cannot be read (truncated, not Parquet, ...)."""
+
+    def __init__(self, table: str, partition_key: str | None, path: Path, reason: str):
+        self.table, self.partition_key, self.path, self.reason = table, partition_key, path, reason
+        super().__init__(f"{path} is unreadable: {reason}")
+
+
+class CatalogBusyError(RuntimeError):
+    """Another process holds the catalog in a way that excludes us, and kept it past the wait."""
+
+
+class WriteStatementError(ValueError):
+    """A statement given to a catalog query would write (files, the catalog, settings)."""
+
+
+@dataclass
+class CatalogReport:
+    """What a catalog refresh did: the views defined, the files it left out, and the views it could not define."""
+
+    views: list[str] = field(default_factory=list)
+    left_out: list[tuple[str, Path, str]] = field(default_factory=list)  # (view, file, reason)
+    skipped: dict[str, str] = field(default_factory=dict)  # view -> reason
+    not_refreshed: str | None = None  # why the catalog was left as it was
+    rebuilt: str | None = None  # why the catalog file was recreated
+
+    def problems(self, with_not_refreshed: bool = True) -> list[str]:
+        """One line per problem, naming the view or file and the fix."""
+        lines = [f"catalog not refreshed: {self.not_refreshed}"] if self.not_refreshed and with_not_refreshed else []
+        if self.rebuilt:
+            lines.append(f"catalog {CATALOG_FILE} was unreadable ({self.rebuilt}); recreated it from sql/")
+        for view, path, reason in self.left_out:
+            fix = "" if view in SHARED_TABLES else (
+                f"; re-materialise {view} for {partition_key_of(path)!r} (`peerify build {partition_key_of(path)}` "
+                "rebuilds every asset of the venue)")
+            lines.append(f"view {view}: left out unreadable file {path} ({reason}){fix}")
+        lines += [f"view {view}: not defined ({reason})" for view, reason in self.skipped.items()]
+        return lines
+
+
+def unreadable_reason(path: Path) -> str | None:
+    """Why a Parquet file cannot be read, from its footer (a truncated or foreign file lacks one); None if readable."""
+    try:
+        pq.read_metadata(path)
+    except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError, ArrowIOError an OSError
+        return _first_line(exc)
+    return None
+
+
+def check_read_only(con: duckdb.DuckDBPyConnection, sql: str) -> None:
+    """Raise WriteStatementError unless every statement in `sql` only reads (DuckDB's own parser decides)."""
+    for statement in con.extract_statements(sql):
+        problem = _write_problem(con, statement)
+        if problem:
+            raise WriteStatementError(f"refused {statement.query.strip()[:80]!r}: {problem}; `peerify sql` only reads")
+
+
+def _write_problem(con: duckdb.DuckDBPyConnection, statement) -> str | None:  # noqa: ANN001
+    kind = statement.type
+    if kind == duckdb.StatementType.SELECT:
+        return None
+    if kind == duckdb.StatementType.EXPLAIN:  # EXPLAIN ANALYZE runs its statement, so that statement must read
+        explained = _EXPLAIN_PREFIX.sub("", statement.query, count=1)
+        inner = con.extract_statements(explained) if explained.strip() else []
+        if len(inner) != 1:
+            return "EXPLAIN of something other than one statement"
+        return _write_problem(con, inner[0])
+    if kind == duckdb.StatementType.PRAGMA:
+        match = _PRAGMA_NAME.match(statement.query)
+        if match and match.group(1).lower() in READ_PRAGMAS:
+            return None
+        return "not a read-only PRAGMA"
+    return f"{kind.name} statements are not allowed"
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
+def _is_lock_conflict(exc: duckdb.Error) -> bool:
+    return "lock" in str(exc).lower() and ("conflicting" in str(exc).lower() or "could not set" in str(exc).lower())
+
+
+def _sql_string(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
 class Lake:
-    def __init__(self, root: str | os.PathLike):
+    def __init__(self, root: str | Path):
         self.root = Path(root).resolve()
 
     @property
@@ -48,39 +154,84 @@ class Lake:
         path = self.table_path(table, partition_key)
         if not path.exists():
             raise FileNotFoundError(f"lake table {table!r} has no partition {partition_key!r} ({path})")
-        return pl.read_parquet(path)
+        try:
+            return pl.read_parquet(path)
+        except (pl.exceptions.PolarsError, OSError) as exc:
+            raise UnreadablePartitionError(table, partition_key, path, _first_line(exc)) from exc
 
     def tables(self) -> list[str]:
         return sorted(p.parent.name for p in self.root.glob("*/*.parquet"))
 
-    @contextmanager
-    def _catalog_lock(self) -> Iterator[None]:
-        self.root.mkdir(parents=True, exist_ok=True)
-        with open(self.root / ".catalog.lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
+    # -- the catalog ---------------------------------------------------------------------------------
+    def _connect(self, read_only: bool, wait_s: float) -> duckdb.DuckDBPyConnection:
+        """Open the catalog, retrying while another process holds a conflicting lock on it (DuckDB allows one
+        writer, or any number of readers)."""
+        deadline = time.monotonic() + wait_s
+        while True:
             try:
-                yield
-            finally:
-                fcntl.flock(lock, fcntl.LOCK_UN)
+                return duckdb.connect(str(self.catalog_path), read_only=read_only)
+            except duckdb.IOException as exc:
+                if not _is_lock_conflict(exc):
+                    raise
+                if time.monotonic() >= deadline:
+                    raise CatalogBusyError(
+                        f"{self.catalog_path} is held by another process ({_first_line(exc)}); close that connection "
+                        "or open the catalog with duckdb.connect(path, read_only=True)") from exc
+                time.sleep(0.2)
 
-    def refresh_catalog(self, sql_dir: Path = SQL_DIR) -> list[str]:
-        """(Re)create a view per `sql/<table>.sql` whose table has data; returns the views defined."""
-        defined = []
-        with self._catalog_lock(), duckdb.connect(str(self.catalog_path)) as con:
+    def refresh_catalog(self, sql_dir: Path = SQL_DIR, wait_s: float = CATALOG_WAIT_S) -> CatalogReport:
+        """(Re)define one view per `sql/<table>.sql` whose table has data, one view at a time. Never raises for
+        unreadable files or a held catalog: the report says what was left out and why."""
+        report = CatalogReport()
+        self.root.mkdir(parents=True, exist_ok=True)
+        try:
+            con = self._connect(read_only=False, wait_s=wait_s)
+        except CatalogBusyError as exc:
+            report.not_refreshed = str(exc)
+            return report
+        except duckdb.Error as exc:  # not a lock: the file itself is damaged; it holds only views, so recreate it
+            report.rebuilt = _first_line(exc)
+            for path in (self.catalog_path, self.catalog_path.with_name(CATALOG_FILE + ".wal")):
+                path.unlink(missing_ok=True)
+            con = self._connect(read_only=False, wait_s=wait_s)
+        with con:
             for sql_file in sorted(sql_dir.glob("*.sql")):
-                table = sql_file.stem
-                if not any((self.root / table).glob("*.parquet")):
-                    con.execute(f'drop view if exists "{table}"')
-                    continue
-                con.execute(sql_file.read_text().replace("{lake}", self.root.as_posix()))
-                defined.append(table)
-        return defined
+                self._define_view(con, sql_file.stem, sql_file.read_text(), report)
+        return report
 
-    def query(self, sql: str, params: dict | None = None, refresh: bool = True) -> tuple[list[str], list[tuple]]:
-        """Run a read-only query against the catalog; returns (column names, rows)."""
-        if refresh:
-            self.refresh_catalog()
-        with duckdb.connect(str(self.catalog_path), read_only=True) as con:
+    def _define_view(self, con: duckdb.DuckDBPyConnection, table: str, definition: str, report: CatalogReport) -> None:
+        files = sorted((self.root / table).glob("*.parquet"))
+        unreadable = {path: reason for path in files if (reason := unreadable_reason(path))}
+        readable = [path for path in files if path not in unreadable]
+        report.left_out += [(table, path, reason) for path, reason in unreadable.items()]
+        if not readable:
+            con.execute(f'drop view if exists "{table}"')
+            if unreadable:
+                report.skipped[table] = "every file is unreadable"
+            return
+        # A glob sees partitions added later without a refresh; a bad file narrows the view to the readable files.
+        source = (_sql_string(f"{self.root.as_posix()}/{table}/*.parquet") if not unreadable
+                  else "[" + ", ".join(_sql_string(p.as_posix()) for p in readable) + "]")
+        try:
+            con.execute(definition.replace("{files}", source))
+        except duckdb.Error as exc:
+            con.execute(f'drop view if exists "{table}"')
+            report.skipped[table] = _first_line(exc)
+            return
+        report.views.append(table)
+
+    def query(self, sql: str, params: dict | None = None, refresh: bool = True,
+              wait_s: float = CATALOG_WAIT_S) -> tuple[list[str], list[tuple]]:
+        """Run read statements against the catalog (opened read-only, files outside the lake out of reach, waiting
+        up to `wait_s` for a writer to let go); returns (column names, rows) of the last statement. Raises
+        WriteStatementError for anything that writes, CatalogBusyError when a writer keeps the catalog."""
+        if refresh or not self.catalog_path.exists():
+            self.refresh_catalog(wait_s=0)  # a reader holding the catalog blocks a refresh, not a query: go on
+        with self._connect(read_only=True, wait_s=wait_s) as con:
+            check_read_only(con, sql)
+            con.execute(f"set allowed_directories = [{_sql_string(self.root.as_posix() + '/')}]")
+            con.execute("set enable_external_access = false")
+            con.execute("set lock_configuration = true")
             cursor = con.execute(sql, params)
             columns = [d[0] for d in cursor.description] if cursor.description else []
             return columns, cursor.fetchall()

@@ -1,29 +1,27 @@
-"""A CPU GGUF model served by llama-cpp-python's OpenAI-compatible server, run by us.
+"""A CPU GGUF model served by llama.cpp's own OpenAI-compatible HTTP server, inside this process (xllamacpp).
 
-The server is llama_cpp.server's own main module, started through a short bootstrap that
-turns off llama.cpp's extra weight buffers (see _SERVER_BOOTSTRAP).
-
-The gateway talks to it through the same openai-client code path as vLLM or OpenAI, so the
-local backend exercises the real wire protocol. The server is a subprocess bound to
-127.0.0.1 on a free port, health-checked on /v1/models, and stopped (terminate by PID, then
-kill) on `stop()`, on leaving a `with` block, or at interpreter exit.
+xllamacpp runs llama.cpp's server on threads of the calling process, bound to a loopback port the OS
+picks. The gateway talks to it through the same openai-client code path as vLLM or OpenAI, so the local
+backend exercises the real wire protocol. Being in-process, the server has no process of its own: it
+dies with its parent (kill -9 included), cannot be orphaned, and inherits no environment. `stop()` drops
+the server object, whose destructor stops the HTTP listener and the decoding loop and frees the model.
+Each server requires a random per-server API key, so no other local user or web page can use it.
 """
 
 from __future__ import annotations
 
 import atexit
 import importlib.util
-import json
 import os
-import socket
-import subprocess
-import sys
-import tempfile
-import time
-import urllib.error
-import urllib.request
+import secrets
+import threading
 from pathlib import Path
 from types import TracebackType
+from typing import Any
+
+GGUF_MAGIC = b"GGUF"
+# llama.cpp log threshold: errors and warnings reach stderr, the per-request info lines do not.
+LLAMA_LOG_VERBOSITY = 2
 
 
 class LocalModelError(RuntimeError):
@@ -46,35 +44,12 @@ def resolve_packaged_gguf(package: str, filename: str) -> Path:
     raise LocalModelError(f"package {package!r} is installed but has no file {filename!r}")
 
 
-def find_free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that is free on `host` right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind((host, 0))
-        return int(probe.getsockname()[1])
+def local_server_available() -> bool:
+    """Whether xllamacpp (llama.cpp's server as a Python extension) is importable."""
+    return importlib.util.find_spec("xllamacpp") is not None
 
 
-def llama_server_available() -> bool:
-    """Whether llama-cpp-python with its server extra is importable."""
-    return importlib.util.find_spec("llama_cpp") is not None and importlib.util.find_spec("uvicorn") is not None
-
-
-# llama.cpp puts weights in "extra" CPU buffer types (AMX tiles, repacked layouts) when the
-# CPU advertises them; on sandboxed hosts whose kernel does not grant AMX tile state, the first
-# decode then segfaults. We start the stock server with that feature off: the server module
-# is run unchanged, only the model-parameter defaults it reads are adjusted.
-_SERVER_BOOTSTRAP = """
-import runpy
-import llama_cpp.llama_cpp as llama_capi
-_stock_defaults = llama_capi.llama_model_default_params
-def _defaults_without_extra_buffers():
-    params = _stock_defaults()
-    params.use_extra_bufts = False
-    return params
-llama_capi.llama_model_default_params = _defaults_without_extra_buffers
-runpy.run_module("llama_cpp.server", run_name="__main__", alter_sys=True)
-"""
-
-# Strong references: a server whose owner was garbage-collected must still be stopped at exit.
+# Strong references: a server whose owner was garbage-collected is still stopped in order at exit.
 _LIVE_SERVERS: set[LocalLlamaServer] = set()
 
 
@@ -85,7 +60,7 @@ def _stop_live_servers() -> None:
 
 
 class LocalLlamaServer:
-    """llama-cpp-python's OpenAI-compatible server for one GGUF file, on loopback."""
+    """llama.cpp's OpenAI-compatible server for one GGUF file, on loopback, in this process."""
 
     def __init__(
         self,
@@ -93,7 +68,6 @@ class LocalLlamaServer:
         model_alias: str,
         n_ctx: int = 8192,
         n_threads: int | None = None,
-        startup_timeout_s: float = 180.0,
         host: str = "127.0.0.1",
     ) -> None:
         self.model_path = Path(model_path)
@@ -102,11 +76,11 @@ class LocalLlamaServer:
         # Half the logical CPUs (about the physical cores): llama.cpp threads spin while they
         # wait, so oversubscribing a busy machine slows every token down.
         self.n_threads = n_threads or max(1, (os.cpu_count() or 2) // 2)
-        self.startup_timeout_s = startup_timeout_s
         self.host = host
+        self.api_key = secrets.token_urlsafe(24)
         self.port: int | None = None
-        self.process: subprocess.Popen[bytes] | None = None
-        self._log_file: tempfile._TemporaryFileWrapper[bytes] | None = None
+        self._server: Any = None  # xllamacpp.Server while running
+        self._lock = threading.Lock()
 
     @property
     def base_url(self) -> str:
@@ -115,80 +89,51 @@ class LocalLlamaServer:
         return f"http://{self.host}:{self.port}/v1"
 
     def is_running(self) -> bool:
-        return self.process is not None and self.process.poll() is None
+        return self._server is not None
 
     def start(self) -> LocalLlamaServer:
-        """Start the server and wait until /v1/models answers; idempotent."""
-        if self.is_running():
-            return self
-        if not self.model_path.is_file():
-            raise LocalModelError(f"GGUF model file not found: {self.model_path}")
-        if not llama_server_available():
-            raise LocalModelError(
-                "the local backend needs llama-cpp-python with its server extra: "
-                "pip install 'llama-cpp-python[server]==0.3.36'"
-            )
-        self.port = find_free_port(self.host)
-        command = [
-            sys.executable, "-c", _SERVER_BOOTSTRAP,
-            "--model", str(self.model_path),
-            "--model_alias", self.model_alias,
-            "--host", self.host,
-            "--port", str(self.port),
-            "--n_ctx", str(self.n_ctx),
-            "--n_threads", str(self.n_threads),
-        ]
-        # The server's log goes to a file, not a pipe: a full pipe would block it.
-        self._log_file = tempfile.NamedTemporaryFile(prefix="llama-server-", suffix=".log", delete=False)
-        # Only weights on disk are used; never let a library reach for a model hub.
-        server_env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-        self.process = subprocess.Popen(command, stdout=self._log_file, stderr=subprocess.STDOUT, env=server_env)
-        _LIVE_SERVERS.add(self)
-        try:
-            self._wait_until_healthy()
-        except BaseException:
-            self.stop()
-            raise
+        """Load the model and start serving; returns once the server answers. Idempotent."""
+        with self._lock:
+            if self._server is not None:
+                return self
+            check_gguf_file(self.model_path)
+            if not local_server_available():
+                raise LocalModelError("the local backend needs xllamacpp: pip install 'xllamacpp==2026.10.11549'")
+            import xllamacpp
+
+            params = xllamacpp.CommonParams()
+            params.model.path = str(self.model_path)
+            params.model_alias = {self.model_alias}
+            params.n_ctx = self.n_ctx
+            params.cpuparams.n_threads = self.n_threads
+            params.cpuparams_batch.n_threads = self.n_threads
+            params.hostnames = [self.host]
+            params.port = 0  # the OS picks a free port: no race with another server
+            params.api_keys = [self.api_key]
+            params.offline = True  # only weights on disk are used; never reach for a model hub
+            params.verbosity = LLAMA_LOG_VERBOSITY
+            params.endpoint_metrics = True  # for the round trip below
+            try:
+                server = xllamacpp.Server(params)
+            except (RuntimeError, ValueError) as error:
+                raise LocalModelError(
+                    f"llama.cpp could not load {self.model_path} ({error}; its log lines on stderr say why)"
+                ) from error
+            # llama.cpp's task loop starts just after the constructor returns, and a stop that comes before
+            # the loop runs is lost (the destructor then waits forever). A metrics request is answered by
+            # that loop, so once it returns the loop is running and stop() is safe.
+            server.handle_metrics()
+            self.port = int(server.listening_address.rsplit(":", 1)[1])
+            self._server = server
+            _LIVE_SERVERS.add(self)
         return self
 
-    def _wait_until_healthy(self) -> None:
-        deadline = time.monotonic() + self.startup_timeout_s
-        while time.monotonic() < deadline:
-            if not self.is_running():
-                raise LocalModelError(
-                    f"llama.cpp server for {self.model_path.name} exited during startup:\n{self.log_tail()}"
-                )
-            try:
-                with urllib.request.urlopen(f"{self.base_url}/models", timeout=2) as response:
-                    if response.status == 200 and json.load(response).get("data"):
-                        return
-            except (urllib.error.URLError, ConnectionError, TimeoutError, json.JSONDecodeError):
-                pass
-            time.sleep(0.2)
-        raise LocalModelError(
-            f"llama.cpp server for {self.model_path.name} not healthy after {self.startup_timeout_s:.0f}s:\n"
-            f"{self.log_tail()}"
-        )
-
-    def log_tail(self, max_chars: int = 2000) -> str:
-        if self._log_file is None:
-            return ""
-        return Path(self._log_file.name).read_text(errors="replace")[-max_chars:]
-
-    def stop(self, grace_s: float = 10.0) -> None:
-        """Terminate the server by PID, kill it if it lingers; idempotent."""
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=grace_s)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=grace_s)
-        _LIVE_SERVERS.discard(self)
-        if self._log_file is not None:
-            self._log_file.close()
-            Path(self._log_file.name).unlink(missing_ok=True)
-            self._log_file = None
+    def stop(self) -> None:
+        """Stop serving and free the model; idempotent. The port refuses connections once this returns."""
+        with self._lock:
+            # The only reference: dropping it runs the destructor, which stops and joins the server's threads.
+            self._server = None
+            _LIVE_SERVERS.discard(self)
 
     def __enter__(self) -> LocalLlamaServer:
         return self.start()
@@ -197,3 +142,13 @@ class LocalLlamaServer:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.stop()
+
+
+def check_gguf_file(path: Path) -> None:
+    """Raise LocalModelError naming `path` unless it is a readable GGUF file (checked before llama.cpp sees it)."""
+    if not path.is_file():
+        raise LocalModelError(f"GGUF model file not found: {path}")
+    with open(path, "rb") as handle:
+        magic = handle.read(len(GGUF_MAGIC))
+    if magic != GGUF_MAGIC:
+        raise LocalModelError(f"{path} is not a GGUF model file (it starts with {magic!r}, not {GGUF_MAGIC!r})")

@@ -1,4 +1,5 @@
-"""OpenReview access: the real openreview-py client, the crawler that lands snapshots, and the snapshot reader.
+"""OpenReview access: the real openreview-py clients (API v2, and v1 for venues before 2023), the crawler that
+lands snapshots, and the snapshot reader.
 
 A crawl writes exactly what the API returned into a snapshot folder (see the sample venue's
 README for the layout); every later stage reads the snapshot, so any crawl can be replayed offline.
@@ -21,10 +22,13 @@ from requests.adapters import HTTPAdapter
 from urllib3.util import Retry
 
 from peerify_dagster.domain.forum_tables import ForumNotes
+from peerify_dagster.domain.notes import api_version_from_year, note_api_version
+from peerify_dagster.domain.venues import DEFAULT_API_URL
 from peerify_dagster.domain.pdfs import PdfProblem, inspect_pdf
 from peerify_dagster.resources.files import write_atomic, write_json_atomic
 
 RETRY_STATUSES = (429, 500, 502, 503, 504)
+DEFAULT_API_V1_URL = "https://api.openreview.net"
 TEXT_MANUSCRIPT_EXTENSIONS = ("html", "md", "txt")
 
 
@@ -55,11 +59,21 @@ class HttpPolicy:
     backoff_max_s: float = 120.0
 
 
-def make_client(api_url: str, policy: HttpPolicy = HttpPolicy()) -> openreview.api.OpenReviewClient:
-    """The real API v2 client. Anonymous unless OPENREVIEW_USERNAME/OPENREVIEW_PASSWORD or
-    OPENREVIEW_TOKEN are set in the environment (read by us or by openreview-py; never logged)."""
+OpenReviewClient = openreview.api.OpenReviewClient | openreview.Client
+
+
+def api_url_for(api_url: str, api_version: int) -> str:
+    """The API v1 host for a v1 venue registered with the default (v2) URL; any other URL as given."""
+    return DEFAULT_API_V1_URL if api_version == 1 and api_url.rstrip("/") == DEFAULT_API_URL else api_url
+
+
+def make_client(api_url: str, policy: HttpPolicy = HttpPolicy(), api_version: int = 2) -> OpenReviewClient:
+    """The real client: `openreview.api.OpenReviewClient` for API v2, `openreview.Client` for API v1. Anonymous
+    unless OPENREVIEW_USERNAME/OPENREVIEW_PASSWORD or OPENREVIEW_TOKEN are set in the environment (read by us or
+    by openreview-py; never logged)."""
     token = os.environ.get("OPENREVIEW_TOKEN") or None
-    client = openreview.api.OpenReviewClient(baseurl=api_url, token=token)
+    client_class = openreview.Client if api_version == 1 else openreview.api.OpenReviewClient
+    client = client_class(baseurl=api_url, token=token)
     retry = Retry(
         total=policy.retries,
         connect=policy.retries,
@@ -131,7 +145,7 @@ def describe_failure(exc: BaseException) -> tuple[str, str]:
 
 @dataclass(frozen=True)
 class FetchOutcome:
-    forum_id: str
+    forum_id: str | None  # None for the venue's submission list
     item: str  # "forum" | "pdf" | "submissions"
     status: str  # "fetched" | "stored" (already in the snapshot) | "failed" | "absent"
     reason: str | None = None
@@ -139,8 +153,30 @@ class FetchOutcome:
     seconds: float = 0.0
 
 
+class MalformedSnapshotFile(ValueError):
+    """A snapshot file that is valid JSON but not of the expected shape; the message names the file and the problem."""
+
+
+def _json_kind(value: Any) -> str:
+    kinds = {dict: "an object", list: "a list", str: "a string", bool: "a boolean", int: "a number", float: "a number"}
+    return "null" if value is None else kinds.get(type(value), type(value).__name__)
+
+
+def _read_record(path: Path, list_key: str) -> dict:
+    """A snapshot record (forum or submissions file): a JSON object whose `list_key` is a list."""
+    record = json.loads(path.read_text())
+    name = f"{path.parent.name}/{path.name}"
+    if not isinstance(record, dict):
+        raise MalformedSnapshotFile(f"{name} is {_json_kind(record)}, expected an object with a '{list_key}' list")
+    if not isinstance(record.get(list_key), list):
+        found = _json_kind(record[list_key]) if list_key in record else "missing"
+        raise MalformedSnapshotFile(f"{name}: '{list_key}' is {found}, expected a list")
+    return record
+
+
 class SnapshotReader:
-    """Reads a snapshot folder (sample venue, or a crawl's landing folder)."""
+    """Reads a snapshot folder (sample venue, or a crawl's landing folder). Files of the wrong shape raise
+    `MalformedSnapshotFile` naming the file, so a caller can record the item and go on."""
 
     def __init__(self, folder: Path):
         self.folder = Path(folder)
@@ -153,7 +189,7 @@ class SnapshotReader:
         path = self.folder / "submissions.json"
         if not path.exists():
             raise FileNotFoundError(f"snapshot {self.folder}: no submissions.json (crawl the venue first)")
-        return json.loads(path.read_text())["notes"]
+        return _read_record(path, "notes")["notes"]
 
     def forum_path(self, forum_id: str) -> Path:
         return self.folder / "forums" / f"{forum_id}.json"
@@ -162,11 +198,14 @@ class SnapshotReader:
         return self.forum_path(forum_id).exists()
 
     def forum(self, forum_id: str) -> ForumNotes:
-        record = json.loads(self.forum_path(forum_id).read_text())
-        return ForumNotes(forum_id=forum_id, notes=record.get("notes", []), fetched_at=record.get("fetched_at"))
+        record = _read_record(self.forum_path(forum_id), "notes")
+        fetched_at = record.get("fetched_at")
+        return ForumNotes(forum_id=forum_id, notes=record["notes"],
+                          fetched_at=fetched_at if isinstance(fetched_at, int) else None)
 
     def forum_edits(self, forum_id: str) -> list[dict]:
-        return json.loads(self.forum_path(forum_id).read_text()).get("edits", [])
+        edits = _read_record(self.forum_path(forum_id), "notes").get("edits", [])
+        return edits if isinstance(edits, list) else []  # edits are optional: without them the latest PDF is taken
 
     def pdf_meta(self, forum_id: str) -> dict | None:
         path = self.folder / "pdfs" / f"{forum_id}.json"
@@ -185,12 +224,42 @@ class SnapshotReader:
         return None
 
 
+def probe_api_version(client: openreview.api.OpenReviewClient, venue_id: str) -> int:
+    """2 when the API v2 lists submissions of the venue (under its `submission_name`), else 1."""
+    name = "Submission"
+    try:
+        group = client.get_group(venue_id)
+        name = ((group.content or {}).get("submission_name") or {}).get("value") or name
+    except openreview.OpenReviewException:
+        pass  # no v2 group: the submission query below decides
+    return 2 if client.get_notes(invitation=f"{venue_id}/-/{name}", limit=1) else 1
+
+
+def resolve_api_version(configured: int | None, openreview_id: str, reader: SnapshotReader, live: bool,
+                        probe: Callable[[], int]) -> tuple[int, str]:
+    """The venue's API version and how it was decided: the registry's `api_version`; else, for a snapshot venue,
+    its `venue.json`; else the year in the venue id (before 2023: v1); else what a crawl already landed or a probe
+    of the live API; else the shape of a snapshot's first submission note."""
+    if configured is not None:
+        return configured, "registry"
+    landed = reader.venue().get("api_version")
+    if not live and landed in (1, 2):
+        return landed, "snapshot venue.json"
+    by_year = api_version_from_year(openreview_id)
+    if by_year is not None:
+        return by_year, "venue year"
+    if live:
+        return (landed, "landed venue.json") if landed in (1, 2) else (probe(), "probe")
+    shapes = [note_api_version(note) for note in reader.submissions()[:1]]
+    return (shapes[0], "note shape") if shapes and shapes[0] else (2, "default")
+
+
 def _first_review_cdate(notes: list[Any]) -> int | None:
     dates = [
         note.get("cdate")
         for note in notes
         if isinstance(note, dict)
-        and any(str(i).endswith("/-/Official_Review") for i in note.get("invitations") or [])
+        and any(str(i).endswith("/Official_Review") for i in note.get("invitations") or [note.get("invitation")])
         and note.get("cdate")
     ]
     return min(dates) if dates else None
@@ -209,15 +278,17 @@ def choose_reviewed_edit(edits: list[dict], first_review_cdate: int | None) -> d
 
 
 class OpenReviewCrawler:
-    """Lands one venue into a snapshot folder with the real client; resumable and fault tolerant."""
+    """Lands one venue into a snapshot folder with the real client (API v2, or v1 for `api_version=1`);
+    resumable and fault tolerant."""
 
-    def __init__(self, client: openreview.api.OpenReviewClient, venue_id: str, snapshot_dir: Path,
-                 log: Callable[[str], None] = print):
+    def __init__(self, client: OpenReviewClient, venue_id: str, snapshot_dir: Path,
+                 log: Callable[[str], None] = print, api_version: int = 2):
         self.client = client
         self.venue_id = venue_id
         self.reader = SnapshotReader(snapshot_dir)
         self.folder = Path(snapshot_dir)
         self.log = log
+        self.api_version = api_version
 
     def _capture(self) -> _RawResponses:
         capture = _RawResponses()
@@ -225,22 +296,25 @@ class OpenReviewCrawler:
         return capture
 
     def land_submissions(self) -> list[dict]:
-        """Fetch the venue group and every submission note; (re)writes venue.json and submissions.json."""
+        """Fetch the venue group and every submission note; (re)writes venue.json and submissions.json.
+        API v1 venues list their submissions under `Blind_Submission` (double-blind) or `Submission`."""
         capture = self._capture()
-        submission_name = "Submission"
         try:
-            group = self.client.get_group(self.venue_id)
-            submission_name = ((group.content or {}).get("submission_name") or {}).get("value") or submission_name
+            self.client.get_group(self.venue_id)
         except openreview.OpenReviewException as exc:
-            self.log(f"venue {self.venue_id}: no readable venue group ({describe_failure(exc)[1]}); "
-                     f"assuming submission invitation '{submission_name}'")
-        groups = capture.items("groups")
-        invitation = f"{self.venue_id}/-/{submission_name}"
-        capture = self._capture()
-        self.client.get_all_notes(invitation=invitation)
-        notes = capture.items("notes")
+            self.log(f"venue {self.venue_id}: no readable venue group ({describe_failure(exc)[1]})")
+        groups = [g for g in capture.items("groups") if isinstance(g, dict)]
+        named = (((groups[0].get("content") or {}) if groups else {}).get("submission_name") or {})
+        names = [named.get("value") or "Submission"] if self.api_version == 2 else ["Blind_Submission", "Submission"]
+        for name in names:
+            invitation = f"{self.venue_id}/-/{name}"
+            capture = self._capture()
+            self.client.get_all_notes(invitation=invitation)
+            notes = capture.items("notes")
+            if notes:
+                break
         write_json_atomic(self.folder / "venue.json", {
-            "venue_id": self.venue_id, "api_version": 2, "submission_invitation": invitation,
+            "venue_id": self.venue_id, "api_version": self.api_version, "submission_invitation": invitation,
             "group": groups[0] if groups else None, "created_by": "peerify crawler", "created_at": now_ms(),
         })
         write_json_atomic(self.folder / "submissions.json", {"fetched_at": now_ms(), "notes": notes})
@@ -255,12 +329,7 @@ class OpenReviewCrawler:
             capture = self._capture()
             self.client.get_all_notes(forum=forum_id)
             notes = capture.items("notes")
-            capture = self._capture()
-            try:
-                self.client.get_note_edits(note_id=forum_id)
-                edits = capture.items("edits")
-            except openreview.OpenReviewException:
-                edits = []  # edits are optional: without them the latest PDF is taken and recorded as such
+            edits = self._land_edits(forum_id) if self.api_version == 2 else []  # API v1 has no note edits
         except Exception as exc:  # noqa: BLE001 - every failure is recorded and the venue goes on
             reason, message = describe_failure(exc)
             self.log(f"forum {forum_id}: fetch failed ({reason}): {message}")
@@ -272,13 +341,24 @@ class OpenReviewCrawler:
                           {"forum_id": forum_id, "fetched_at": now_ms(), "notes": notes, "edits": edits})
         return FetchOutcome(forum_id, "forum", "fetched", seconds=time.perf_counter() - started)
 
+    def _land_edits(self, forum_id: str) -> list[dict]:
+        capture = self._capture()
+        try:
+            self.client.get_note_edits(note_id=forum_id)
+        except openreview.OpenReviewException:
+            return []  # edits are optional: without them the latest PDF is taken and recorded as such
+        return capture.items("edits")
+
     def land_pdf(self, forum_id: str, refetch: bool = False) -> FetchOutcome:
         if self.reader.pdf_meta(forum_id) is not None and not refetch:
             return FetchOutcome(forum_id, "pdf", "stored")
         if not self.reader.has_forum(forum_id):
             return FetchOutcome(forum_id, "pdf", "failed", "forum_missing", f"forum {forum_id}: notes not landed, PDF skipped")
         started = time.perf_counter()
-        forum = self.reader.forum(forum_id)
+        try:
+            forum = self.reader.forum(forum_id)
+        except ValueError as exc:  # unreadable JSON or a file of the wrong shape: the forum's row says so
+            return FetchOutcome(forum_id, "pdf", "failed", "forum_unreadable", f"forum {forum_id}: {exc}, PDF skipped")
         edit = choose_reviewed_edit(self.reader.forum_edits(forum_id), _first_review_cdate(forum.notes))
         try:
             if edit is not None:

@@ -1,11 +1,18 @@
-"""A loopback fake of the OpenReview API v2 that replays a crawl snapshot, with fault injection.
+"""A loopback fake of the OpenReview API (v2 or note.get("invitation") == value, or v1 for a v1 snapshot) that replays a crawl snapshot, with
+fault injection.
 
-The crawler talks to OpenReview through the real openreview-py client. Tests and benchmarks
-point that client's ``baseurl`` at this server, which answers the requests the client sends
+The crawler talks to OpenReview through the real openreview-py clients. Tests and benchmarks
+point a client's ``baseurl`` at this server, which answers the requests the clients send
 (``/groups``, ``/notes``, ``/notes/edits``, ``/pdf``, ``/references/pdf``, ``POST /login``)
-with the API v2 JSON shapes, built from a snapshot folder::
+with the API's JSON shapes, built from a snapshot folder::
 
     venue.json, submissions.json, forums/<forum_id>.json, pdfs/<forum_id>.pdf
+
+A snapshot whose ``venue.json`` says ``"api_version": 1`` is served as API v1, as ``openreview.Client``
+expects it: notes carry one ``invitation`` (the ``invitation`` filter matches it), and every /notes answer
+has a ``count``, which the v1 client reads on its first page without asking for it. ``details=replies``
+or ``directReplies`` attach a forum's replies to its submission note, as in
+``/notes?invitation=<venue>/-/Blind_Submission&details=replies``.
 
 It can also be told to misbehave the way the live API and networks do (rate limits, 5xx
 bursts, truncated bodies, hangs, dropped connections) through ``FaultRule``s, so retry and
@@ -167,6 +174,7 @@ class _Snapshot:
     forum_edits: dict[str, list[dict[str, Any]]]
     forum_by_edit_id: dict[str, str]
     pdf_dir: Path
+    api_version: int = 2
 
     @classmethod
     def load(cls, snapshot_dir: Path) -> _Snapshot:
@@ -174,6 +182,9 @@ class _Snapshot:
         group = venue.get("group") if isinstance(venue, dict) else None
         if not isinstance(group, dict) or not isinstance(group.get("id"), str):
             raise SnapshotError(f"{snapshot_dir / 'venue.json'}: expected a 'group' object with a string 'id'")
+        api_version = venue.get("api_version", 2)
+        if api_version not in (1, 2):
+            raise SnapshotError(f"{snapshot_dir / 'venue.json'}: 'api_version' must be 1 or 2, got {api_version!r}")
 
         submissions_path = snapshot_dir / "submissions.json"
         notes_by_id = {note["id"]: note for note in _read_note_list(submissions_path, _read_json(submissions_path))}
@@ -206,7 +217,7 @@ class _Snapshot:
             for edit in edits
             if isinstance(edit, dict) and isinstance(edit.get("id"), str)
         }
-        return cls(group, notes_by_id, forum_notes, forum_edits, forum_by_edit_id, snapshot_dir / "pdfs")
+        return cls(group, notes_by_id, forum_notes, forum_edits, forum_by_edit_id, snapshot_dir / "pdfs", api_version)
 
     def pdf_path(self, forum_id: str) -> Path | None:
         # Ids are file names here; anything with a separator would reach outside pdfs/.
@@ -275,10 +286,11 @@ class _LoopbackHTTPServer(ThreadingHTTPServer):
 
 
 class FakeOpenReviewServer:
-    """Serves one snapshot folder as the OpenReview API v2 on 127.0.0.1, in a background thread.
+    """Serves one snapshot folder as the OpenReview API (v2, or v1 per its venue.json) on 127.0.0.1, in a
+    background thread.
 
     Use as a context manager (or call start()/stop()); point
-    ``openreview.api.OpenReviewClient(baseurl=server.url)`` at it. ``page_size`` caps every
+    ``openreview.api.OpenReviewClient(baseurl=server.url)`` (v1: ``openreview.Client``) at it. ``page_size`` caps every
     /notes page so tests can force the client to page. With ``require_auth`` every endpoint
     but /login answers 403 unless the request carries a token that /login issued for
     ``credentials``.
@@ -503,7 +515,7 @@ class FakeOpenReviewServer:
 
         wanted_details = set(params.get("details", "").split(",")) & {"replies", "directReplies"}
         payload: dict[str, Any] = {"notes": [self._with_details(note, wanted_details) for note in page]}
-        if params.get("count") == "true":
+        if params.get("count") == "true" or self._snapshot.api_version == 1:
             payload["count"] = total
         return _json_reply(payload)
 

@@ -1,0 +1,227 @@
+"""The model registry: models.yaml's named models and the active profile's role -> model(s) map.
+
+Environment variables override the file (PEERIFY_MODELS_FILE, PEERIFY_LLM_PROFILE, PEERIFY_ROLE_<ROLE>,
+PEERIFY_LOCAL_GGUF); every mistake is reported in one line naming the file or variable, the key and the value.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from peerify_dagster.resources.llm_gateway.errors import ConfigurationError
+from peerify_dagster.resources.local_llm import LocalModelError, check_gguf_file, resolve_packaged_gguf
+
+DEFAULT_MODELS_FILE = Path(__file__).resolve().parents[3] / "models.yaml"
+BACKENDS = ("openai", "anthropic", "vllm", "local")
+STRUCTURED_OUTPUT_MODES = ("json_schema", "json_object_schema", "json_object", "tool", "none")
+DECODING_KEYS = frozenset(
+    {"temperature", "top_p", "max_tokens", "seed", "stop", "presence_penalty", "frequency_penalty", "reasoning_effort"}
+)
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """One named model of models.yaml."""
+
+    name: str
+    backend: str
+    model: str
+    base_url: str | None = None
+    base_url_env: str | None = None
+    api_key_env: str | None = None
+    api_key_required: bool = True
+    context_window: int = 8192
+    price_in_per_million: float = 0.0
+    price_out_per_million: float = 0.0
+    max_concurrency: int = 1
+    requests_per_minute: float | None = None
+    structured_output: str = "json_schema"
+    max_tokens_param: str = "max_tokens"
+    stream: bool = False
+    decoding: Mapping[str, Any] = field(default_factory=dict)
+    gguf_package: str | None = None
+    gguf_file: str | None = None
+    gguf_path_env: str | None = None
+
+    @classmethod
+    def from_mapping(cls, name: str, raw: Mapping[str, Any]) -> ModelSpec:
+        if not isinstance(raw, Mapping):
+            raise ConfigurationError(f"model {name!r}: expected a mapping of settings, got {raw!r}")
+        known = {f.name for f in fields(cls)} - {"name"}
+        unknown = sorted(set(raw) - known)
+        if unknown:
+            raise ConfigurationError(f"model {name!r}: unknown settings {unknown}")
+        spec = cls(name=name, **{**raw, "decoding": dict(raw.get("decoding") or {})})
+        if spec.backend not in BACKENDS:
+            raise ConfigurationError(f"model {name!r}: backend {spec.backend!r} is not one of {BACKENDS}")
+        if spec.structured_output not in STRUCTURED_OUTPUT_MODES:
+            raise ConfigurationError(
+                f"model {name!r}: structured_output {spec.structured_output!r} is not one of {STRUCTURED_OUTPUT_MODES}"
+            )
+        bad_decoding = sorted(set(spec.decoding) - DECODING_KEYS)
+        if bad_decoding:
+            raise ConfigurationError(f"model {name!r}: unknown decoding parameters {bad_decoding}")
+        if spec.max_concurrency < 1:
+            raise ConfigurationError(f"model {name!r}: max_concurrency must be at least 1")
+        return spec
+
+    @property
+    def is_remote(self) -> bool:
+        return self.backend in ("openai", "anthropic")
+
+    def resolved_base_url(self, env: Mapping[str, str]) -> str | None:
+        return (env.get(self.base_url_env) if self.base_url_env else None) or self.base_url
+
+    def api_key(self, env: Mapping[str, str]) -> str | None:
+        return env.get(self.api_key_env) if self.api_key_env else None
+
+    def missing_key_problem(self, env: Mapping[str, str]) -> str | None:
+        """Why this model cannot authenticate, or None."""
+        if not self.is_remote or not self.api_key_required or self.api_key(env):
+            return None
+        if not self.api_key_env:
+            return f"model {self.name!r} needs an API key but models.yaml names no api_key_env for it"
+        return f"model {self.name!r} needs environment variable {self.api_key_env} (its API key), which is not set"
+
+    def local_model_path(self, env: Mapping[str, str]) -> Path:
+        """The GGUF file of a local model (`gguf_path_env` when set, else the file shipped in `gguf_package`),
+        checked to be a GGUF file."""
+        override = env.get(self.gguf_path_env) if self.gguf_path_env else None
+        if override:
+            path, source = Path(override), f"environment variable {self.gguf_path_env}={override!r}"
+        elif self.gguf_package and self.gguf_file:
+            source = f"models.yaml gguf_package {self.gguf_package!r}, gguf_file {self.gguf_file!r}"
+            try:
+                path = resolve_packaged_gguf(self.gguf_package, self.gguf_file)
+            except LocalModelError as error:
+                raise ConfigurationError(f"{source}: {error}") from error
+        else:
+            raise ConfigurationError(
+                f"local model {self.name!r} needs gguf_package and gguf_file in models.yaml "
+                f"(or environment variable {self.gguf_path_env or 'PEERIFY_LOCAL_GGUF'})"
+            )
+        try:
+            check_gguf_file(path)
+        except LocalModelError as error:
+            raise ConfigurationError(f"{source}: {error}") from error
+        return path
+
+
+@dataclass(frozen=True)
+class ModelRegistry:
+    """Named models plus the active profile's role -> model(s) map, env overrides applied."""
+
+    models: Mapping[str, ModelSpec]
+    profile: str
+    roles: Mapping[str, tuple[str, ...]]
+    path: Path | None = None
+
+    @classmethod
+    def load(
+        cls, path: Path | None = None, env: Mapping[str, str] | None = None, profile: str | None = None
+    ) -> ModelRegistry:
+        env = os.environ if env is None else env
+        if path is None and env.get("PEERIFY_MODELS_FILE"):
+            path = Path(env["PEERIFY_MODELS_FILE"])
+            if not path.is_file():
+                raise ConfigurationError(f"environment variable PEERIFY_MODELS_FILE={str(path)!r} names no file")
+        path = Path(path or DEFAULT_MODELS_FILE)
+        raw = _read_yaml(path)
+        models: dict[str, ModelSpec] = {}
+        for name, entry in (raw.get("models") or {}).items():
+            try:
+                models[name] = ModelSpec.from_mapping(name, entry)
+            except (ConfigurationError, TypeError) as error:
+                raise ConfigurationError(f"{path}: models.{name}: {error}") from error
+        profiles = raw.get("profiles") or {}
+        chosen = _choose_profile(path, profiles, raw.get("default_profile"), profile, env)
+        roles: dict[str, tuple[str, ...]] = {}
+        for role, value in (profiles[chosen] or {}).items():
+            roles[role] = _role_models(value, models, f"{path}: profiles.{chosen}.{role}")
+        for key, value in env.items():
+            if key.startswith("PEERIFY_ROLE_") and value.strip():
+                roles[key.removeprefix("PEERIFY_ROLE_").lower()] = _role_models(
+                    value, models, f"environment variable {key}={value!r}")
+        return cls(models=models, profile=chosen, roles=roles, path=path)
+
+    def model(self, name: str) -> ModelSpec:
+        if name not in self.models:
+            raise ConfigurationError(f"unknown model {name!r}; known models: {sorted(self.models)}")
+        return self.models[name]
+
+    def models_for_role(self, role: str) -> list[str]:
+        if role not in self.roles:
+            raise ConfigurationError(
+                f"role {role!r} is not in profile {self.profile!r} of {self.path}; roles: {sorted(self.roles)}"
+            )
+        return list(self.roles[role])
+
+    def resolve(self, target: str) -> tuple[str | None, ModelSpec]:
+        """(role, model) for a role name or a model name; a role must map to exactly one model."""
+        if target in self.roles:
+            names = self.roles[target]
+            if len(names) != 1:
+                raise ConfigurationError(
+                    f"role {target!r} maps to {len(names)} models {list(names)}; "
+                    f"call each by model name with role={target!r}"
+                )
+            return target, self.models[names[0]]
+        if target in self.models:
+            return None, self.models[target]
+        raise ConfigurationError(
+            f"{target!r} is neither a role of profile {self.profile!r} ({sorted(self.roles)}) "
+            f"nor a model ({sorted(self.models)})"
+        )
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        raise ConfigurationError(f"model registry {path} not found")
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(error, "problem", None) or str(error)
+        raise ConfigurationError(f"{path}{where}: not valid YAML ({' '.join(str(problem).split())})") from error
+    if not isinstance(raw, dict):
+        raise ConfigurationError(f"{path}: expected a mapping with keys models and profiles, got {type(raw).__name__}")
+    return raw
+
+
+def _choose_profile(
+    path: Path, profiles: Mapping[str, Any], default: str | None, argument: str | None, env: Mapping[str, str]
+) -> str:
+    if argument:
+        chosen, problem = argument, f"profile {argument!r} (LLMGateway argument) names no profile of {path}"
+    elif env.get("PEERIFY_LLM_PROFILE"):
+        chosen = env["PEERIFY_LLM_PROFILE"]
+        problem = f"environment variable PEERIFY_LLM_PROFILE={chosen!r} names no profile of {path}"
+    else:
+        chosen = default or "offline"
+        problem = f"{path}: default_profile {chosen!r} is not one of its profiles"
+    if chosen not in profiles:
+        raise ConfigurationError(f"{problem} (profiles: {', '.join(sorted(profiles)) or 'none'})")
+    return chosen
+
+
+def _role_models(value: Any, models: Mapping[str, ModelSpec], source: str) -> tuple[str, ...]:
+    """A role's model names (a comma list or a YAML list), each checked against the registry."""
+    if isinstance(value, str):
+        names = tuple(part.strip() for part in value.split(",") if part.strip())
+    elif isinstance(value, list) and all(isinstance(name, str) for name in value):
+        names = tuple(value)
+    else:
+        names = ()
+    if not names:
+        raise ConfigurationError(f"{source} names no model (expected a model name or a list of them, got {value!r})")
+    unknown = [name for name in names if name not in models]
+    if unknown:
+        raise ConfigurationError(f"{source} names unknown models {unknown}; models: {', '.join(sorted(models))}")
+    return names

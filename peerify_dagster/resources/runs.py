@@ -1,0 +1,197 @@
+"""Keeping the Dagster home honest: one initialisation at a time, one build per venue, dead runs failed and
+their pool slots freed, and a step waiting for a pool told who holds it.
+
+Runs launched by `peerify build` carry the pid, its start time and the host of the process that executes
+them (tags below), so a run whose process is gone is told apart from a live one exactly. Runs launched by
+`dagster dev` record their run worker's pid in their "Started process for run" event; with the local SQLite
+storage that process lives on this machine and is checked the same way. Anything else is left to Dagster's
+run monitoring (dagster.yaml).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import socket
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import dagster as dg
+from dagster._core.storage.runs import SqliteRunStorage
+
+from peerify_dagster.resources.processes import process_alive, process_start_time
+
+PID_TAG = "peerify/pid"
+PROCESS_START_TAG = "peerify/process_start"
+HOST_TAG = "peerify/host"
+HOME_LOCK = ".peerify-build.lock"
+# A run is ours to judge only while it can still be running; QUEUED runs wait for the daemon, not for a process.
+LIVE_STATUSES = [dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED,
+                 dg.DagsterRunStatus.CANCELING]
+ENDED_STATUSES = {dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED}
+RUN_WORKER_EVENT = "Started process for run"
+
+
+def process_tags() -> dict[str, str]:
+    """Tags naming the process that executes a run launched from here."""
+    pid = os.getpid()
+    return {PID_TAG: str(pid), PROCESS_START_TAG: process_start_time(pid) or "", HOST_TAG: socket.gethostname()}
+
+
+@contextmanager
+def exclusive_lock(path: Path, holder: str, on_wait: Callable[[str], None]) -> Iterator[None]:
+    """Hold an fcntl lock on `path` (released by the kernel if we die). While another process holds it, call
+    `on_wait` once with that holder's description, which each holder writes into the file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            on_wait(handle.read().strip() or "another process")
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        handle.truncate(0)
+        handle.write(holder)
+        handle.flush()
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+@contextmanager
+def home_lock(home: Path, holder: str, on_wait: Callable[[str], None]) -> Iterator[None]:
+    """Serialises what must not run twice at once on one Dagster home: creating (migrating) its storage and
+    recovering its dead runs. Concurrent first builds on a fresh home otherwise leave two alembic heads."""
+    with exclusive_lock(home / HOME_LOCK, holder, on_wait):
+        yield
+
+
+def open_instance(holder: str, on_wait: Callable[[str], None]) -> tuple[dg.DagsterInstance, list[str]]:
+    """The DAGSTER_HOME instance (an ephemeral one without a home) and a line per dead run recovered in it. The
+    storage is created (migrated) and the runs recovered under the home lock."""
+    home = os.environ.get("DAGSTER_HOME")
+    if not home:
+        return dg.DagsterInstance.ephemeral(), []
+    with home_lock(Path(home), holder, on_wait):
+        instance = dg.DagsterInstance.get()
+        instance.get_runs(limit=1)  # run, event-log and schedule storages exist (and are migrated) from here on
+        return instance, recover_dead_runs(instance)
+
+
+@dataclass(frozen=True)
+class RunProcess:
+    pid: int
+    start_time: str | None
+    host: str | None
+
+    def describe(self) -> str:
+        return f"pid {self.pid}" + (f" on {self.host}" if self.host and self.host != socket.gethostname() else "")
+
+    def alive(self) -> bool | None:
+        """True/False when this machine can tell, None for a process on another host."""
+        if self.host and self.host != socket.gethostname():
+            return None
+        return process_alive(self.pid, self.start_time)
+
+
+def run_process(instance: dg.DagsterInstance, run: dg.DagsterRun) -> RunProcess | None:
+    """The process executing `run`, from our tags or from the run worker's start event (local storage only)."""
+    if PID_TAG in run.tags:
+        return RunProcess(int(run.tags[PID_TAG]), run.tags.get(PROCESS_START_TAG) or None, run.tags.get(HOST_TAG))
+    if not isinstance(instance.run_storage, SqliteRunStorage):  # shared storage: the worker may be on another host
+        return None
+    for record in instance.all_logs(run.run_id, of_type=dg.DagsterEventType.ENGINE_EVENT):
+        event = record.dagster_event
+        if event and (event.message or "").startswith(RUN_WORKER_EVENT):
+            pid = event.engine_event_data.metadata.get("pid")
+            if pid is not None:
+                return RunProcess(int(pid.value), None, None)
+    return None
+
+
+def recover_dead_runs(instance: dg.DagsterInstance) -> list[str]:
+    """Mark failed every unfinished run whose process is gone, and free the pool slots of every finished run.
+
+    Returns one line per run recovered. Dagster frees a run's slots only when the run itself ends them, so a
+    killed run would otherwise keep its `llm` slot forever and every later build would wait for it.
+    """
+    lines = []
+    for record in instance.get_run_records(filters=dg.RunsFilter(statuses=LIVE_STATUSES)):
+        run = record.dagster_run
+        process = run_process(instance, run)
+        if process is None or process.alive() is not False:
+            continue
+        instance.report_run_failed(run, f"the process that ran this run ({process.describe()}) is gone; "
+                                        "marked failed by `peerify recover`")
+        lines.append(f"run {run.run_id} ({run.tags.get('dagster/partition', run.job_name)}): "
+                     f"{process.describe()} is gone; marked FAILURE")
+    storage = instance.event_log_storage
+    if not storage.supports_global_concurrency_limits:
+        return lines
+    for run_id in sorted(storage.get_concurrency_run_ids()):  # slots and queued claims of every ended run
+        run = instance.get_run_by_id(run_id)
+        if run is None or run.status in ENDED_STATUSES:
+            storage.free_concurrency_slots_for_run(run_id)
+            lines.append(f"run {run_id}: {run.status.value if run else 'deleted'}, freed the pool slots it kept")
+    return lines
+
+
+class PoolWaitReporter:
+    """Watches one run's steps in the instance's pools and reports, once per change, who holds a pool a step waits
+    for: Dagster itself logs "Step blocked by limit for pool" at DEBUG only, without naming the holder."""
+
+    def __init__(self, instance: dg.DagsterInstance, run_id: str, report: Callable[[str], None],
+                 interval_s: float = 2.0):
+        self.instance, self.run_id, self.report, self.interval_s = instance, run_id, report, interval_s
+        self._said: dict[str, str] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="pool-wait-reporter", daemon=True)
+
+    def __enter__(self) -> PoolWaitReporter:
+        if self.instance.event_log_storage.supports_global_concurrency_limits:
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def _watch(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            try:
+                self.check()
+            except Exception:  # noqa: BLE001 - a diagnostic must never disturb the build it watches: next round
+                continue
+
+    def check(self) -> list[str]:
+        """Report each pool this run waits for, with the runs holding it; returns the lines reported now."""
+        storage = self.instance.event_log_storage
+        reported = []
+        for pool in sorted(storage.get_concurrency_keys()):
+            info = storage.get_concurrency_info(pool)
+            waiting = sorted(step.step_key for step in info.pending_steps
+                             if step.run_id == self.run_id and step.assigned_timestamp is None)
+            if not waiting:
+                self._said.pop(pool, None)
+                continue
+            holders = sorted({slot.run_id for slot in info.claimed_slots if slot.run_id})
+            held_by = ", ".join(self._describe(run_id) for run_id in holders) or "nobody (slots being assigned)"
+            line = f"waiting for pool {pool} ({', '.join(waiting)}): held by {held_by}"
+            if self._said.get(pool) != line:
+                self._said[pool] = line
+                self.report(line)
+                run = self.instance.get_run_by_id(self.run_id)
+                if run is not None:
+                    self.instance.report_engine_event(line, run, step_key=waiting[0])
+                reported.append(line)
+        return reported
+
+    def _describe(self, run_id: str) -> str:
+        run = self.instance.get_run_by_id(run_id)
+        process = run_process(self.instance, run) if run else None
+        return f"run {run_id}" + (f" ({process.describe()})" if process else "")
