@@ -40,7 +40,8 @@ def crawler_for(context: dg.AssetExecutionContext, registry: VenueRegistryResour
     if not live:
         return None, reader, api_version
     client = openreview.client(api_url_for(venue.api_url, api_version), api_version)
-    crawler = OpenReviewCrawler(client, venue.openreview_id, reader.folder, log=context.log.info, api_version=api_version)
+    crawler = OpenReviewCrawler(client, venue.openreview_id, reader.folder, log=context.log.info,
+                                api_version=api_version)
     return crawler, reader, api_version
 
 

@@ -177,7 +177,8 @@ def test_chair_and_public_comments_keep_their_reply_target_and_thread():
     assert (chairs["SAC1"]["review_id"], chairs["SAC1"]["thread_id"]) == (None, "SAC1")
     assert chairs["AC1"]["text"] == "Please respond." and chairs["AC1"]["title"] == "AC"
     public = {r["comment_id"]: r for r in rows["public_comments"]}
-    assert (public["PUB2"]["replyto"], public["PUB2"]["thread_id"], public["PUB2"]["review_id"]) == ("PUB1", "PUB1", None)
+    pub2 = public["PUB2"]
+    assert (pub2["replyto"], pub2["thread_id"], pub2["review_id"]) == ("PUB1", "PUB1", None)
     assert public["PUB1"]["signatures"] == ["~Jane_Doe1"] and public["PUB1"]["text"] == "Is code released?"
     [status] = rows["status_notes"]
     assert (status["note_id"], status["kind"]) == ("WD1", "withdrawal")
@@ -205,7 +206,8 @@ def test_bad_input_gets_named_rows_and_the_rest_of_the_forum_completes():
 
 def test_unaccounted_notes_names_the_forum_and_the_notes():
     raw = pl.DataFrame({"forum_id": ["F1", "F1", "F1", "F2", "F2", "F3"],
-                        "note_id": ["F1", "a", "a", "F2", None, "F3"]}, schema={"forum_id": pl.String, "note_id": pl.String})
+                        "note_id": ["F1", "a", "a", "F2", None, "F3"]},
+                       schema={"forum_id": pl.String, "note_id": pl.String})
     placed = pl.DataFrame({"forum_id": ["F1", "F1", "F2", "F3", "F3", "F3"],
                            "note_id": ["F1", "a", "F2", "F3", "F3", "ghost"],
                            "table": ["submissions", "reviews", "submissions", "submissions", "note_errors", "reviews"]})

@@ -91,7 +91,8 @@ def test_sample_venue_materialises_every_table(sample_build):
     assert tables["submissions"]["withdrawn"].sum() == 1
     assert (tables["review_threads"]["n_author_responses"] > 0).sum() >= tables["reviews"].height - 3
     # The area chair's comment and the withdrawal note have tables of their own (both were once lost).
-    assert dict(zip(tables["chair_comments"]["comment_id"], tables["chair_comments"]["paper_id"])) == area_chair_comments()
+    chairs = tables["chair_comments"]
+    assert dict(zip(chairs["comment_id"], chairs["paper_id"])) == area_chair_comments()
     assert set(tables["chair_comments"]["role"]) == {"area_chair"}
     assert tables["status_notes"]["kind"].to_list() == ["withdrawal"] * count_invitation("Withdrawal")
     assert tables["note_errors"].height == 0

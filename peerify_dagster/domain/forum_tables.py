@@ -134,9 +134,9 @@ class _Forum:
             self.readable[note["id"]] = note
             kind = n.classify(note)
             if kind is None:
+                invitations = ", ".join(note["invitations"])
                 self.error(note["id"], "unknown_invitation",
-                           f"{n.note_label(note)}: unknown invitation(s) {', '.join(note['invitations'])}; note skipped",
-                           "warning")
+                           f"{n.note_label(note)}: unknown invitation(s) {invitations}; note skipped", "warning")
                 continue
             classified.append((note, kind))
 
@@ -149,9 +149,10 @@ class _Forum:
             elif kind != "submission" and (problem := self._broken_chain(note)):
                 self.error(note["id"], "missing_parent", f"{n.note_label(note)}: {problem}; note skipped")
             elif not n.signer_allowed(kind, n.signer(note).role):
+                signed, expected = ", ".join(note["signatures"]), ", ".join(n.SIGNERS_BY_KIND[kind] or ())
                 self.error(note["id"], "unknown_signer",
-                           f"{n.note_label(note)}: a {kind.replace('_', ' ')} signed by {', '.join(note['signatures'])}, "
-                           f"no group that posts these here ({', '.join(n.SIGNERS_BY_KIND[kind] or ())}); note skipped")
+                           f"{n.note_label(note)}: a {kind.replace('_', ' ')} signed by {signed}, no group that posts "
+                           f"these here ({expected}); note skipped")
             else:
                 self.kind[note["id"]] = kind
 
@@ -234,7 +235,8 @@ def _review_row(venue: str, note: dict) -> dict:
         "mdate": note.get("mdate"),
     }
     for field_name in REVIEW_FIELDS:
-        row[field_name] = n.list_value(note, field_name) if field_name in LIST_FIELDS else n.text_value(note, field_name)
+        read = n.list_value if field_name in LIST_FIELDS else n.text_value
+        row[field_name] = read(note, field_name)
     for field_name in SCORE_FIELDS:
         row[f"{field_name}_score"] = n.score(n.value(note, field_name))
     extra = {k: v.get("value") for k, v in note["content"].items() if k not in REVIEW_FIELDS}

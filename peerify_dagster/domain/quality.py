@@ -55,7 +55,8 @@ def unaccounted_notes(raw: pl.DataFrame, placed: pl.DataFrame) -> dict[str, list
     `placed`: (forum_id, note_id, table) per row of every table that holds notes, `note_errors` included.
     A note id must be placed exactly once (older versions of it need no place of their own), no row may name
     a note the forum does not have, and entries without an id must be matched by as many id-less
-    `note_errors` rows. Returns forum id -> the note ids missing, placed twice or unknown (`"<no id> x N"` for id-less entries), only for forums that fail."""
+    `note_errors` rows. Returns forum id -> the note ids missing, placed twice or unknown (`"<no id> x N"` for
+    id-less entries), only for forums that fail."""
     failing: dict[str, list[str]] = {}
     expected = raw.filter(pl.col("note_id").is_not_null()).unique(["forum_id", "note_id"])
     counts = placed.filter(pl.col("note_id").is_not_null()).group_by("forum_id", "note_id").len()

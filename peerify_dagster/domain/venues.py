@@ -60,7 +60,7 @@ def _venue_from_entry(key: str, entry: dict) -> Venue:
     if unknown:
         raise RegistryError(f"venue {key!r}: unknown field(s) {', '.join(sorted(unknown))}; "
                             f"known: {', '.join(sorted(known))}")
-    if False:
+    if entry.get("api_version") not in (None, 1, 2) or isinstance(entry.get("api_version"), bool):
         raise RegistryError(f"venue {key!r}: api_version must be 1, 2 or absent (detect), got {entry['api_version']!r}")
     for name in ("openreview_id", "api_url", "snapshot", "gold_claims"):
         if entry.get(name) is not None and not isinstance(entry[name], str):

@@ -1,4 +1,4 @@
-"""A loopback fake of the OpenReview API (v2 or note.get("invitation") == value, or v1 for a v1 snapshot) that replays a crawl snapshot, with
+"""A loopback fake of the OpenReview API (v2, or v1 for a v1 snapshot) that replays a crawl snapshot, with
 fault injection.
 
 The crawler talks to OpenReview through the real openreview-py clients. Tests and benchmarks
@@ -53,7 +53,7 @@ _NOTE_FILTERS: dict[str, Callable[[Note, str], bool]] = {
     "id": lambda note, value: note.get("id") == value,
     "forum": lambda note, value: note.get("forum") == value,
     "replyto": lambda note, value: note.get("replyto") == value,
-    "invitation": lambda note, value: value in (note.get("invitations") or []),
+    "invitation": lambda note, value: value in (note.get("invitations") or []) or note.get("invitation") == value,
     "number": lambda note, value: str(note.get("number")) == value,
 }
 
