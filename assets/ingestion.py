@@ -6,7 +6,7 @@ import dagster as dg
 import polars as pl
 
 from peerify_dagster.domain.notes import MalformedNote, classify, read_note, superseded_positions
-from peerify_dagster.domain.sampling import choose_papers
+from peerify_dagster.domain.sampling import SamplingConfig, draw_sample
 from peerify_dagster.partitions import venue_partitions
 from peerify_dagster.resources.dagster_resources import LakeResource, OpenReviewResource, VenueRegistryResource
 from peerify_dagster.resources.openreview import (
@@ -14,11 +14,12 @@ from peerify_dagster.resources.openreview import (
     resolve_api_version,
 )
 
-INGESTION_CODE_VERSION = "ingestion-v2"
+INGESTION_CODE_VERSION = "ingestion-v3"
 NO_SUBMISSIONS = "venue has no submissions"
 PAPER_SAMPLE_SCHEMA = {
     "venue": pl.String, "forum_id": pl.String, "draw_order": pl.Int64, "seed": pl.Int64, "sample_size": pl.Int64,
-    "population": pl.Int64,
+    "population": pl.Int64, "rank_key": pl.String, "sampling": pl.String, "review_scope": pl.String,
+    "replied_review_ids": pl.List(pl.String), "paired_review_id": pl.String,
 }
 
 
@@ -33,13 +34,18 @@ def crawler_for(context: dg.AssetExecutionContext, registry: VenueRegistryResour
     venue = registry.venue(context.partition_key)
     reader = SnapshotReader(registry.snapshot_dir(venue, lake.lake()))
     live = venue.source == "api"
+    if live:
+        openreview.check_reachable(venue.api_url)
     api_version, decided_by = resolve_api_version(
         venue.api_version, venue.openreview_id, reader, live,
         probe=lambda: probe_api_version(openreview.client(venue.api_url), venue.openreview_id))
     context.log.info(f"{venue.key}: OpenReview API v{api_version} ({decided_by})")
     if not live:
         return None, reader, api_version
-    client = openreview.client(api_url_for(venue.api_url, api_version), api_version)
+    api_url = api_url_for(venue.api_url, api_version)
+    if api_url != venue.api_url:
+        openreview.check_reachable(api_url)
+    client = openreview.client(api_url, api_version)
     crawler = OpenReviewCrawler(client, venue.openreview_id, reader.folder, log=context.log.info,
                                 api_version=api_version)
     return crawler, reader, api_version
@@ -59,28 +65,40 @@ def paper_sample(
     lake: LakeResource,
     openreview: OpenReviewResource,
 ):
-    """The venue's papers chosen for the benchmark: seed, sample size and the chosen forum ids in draw order.
-    A venue without submissions builds empty tables but fails the `has_submissions` check and gets an
-    `ingest_errors` row: it never builds green."""
+    """The venue's papers chosen for the benchmark, in draw order: forums ranked by a seeded hash of their id
+    (stable when the listed population changes), filtered by the venue's `sampling:` options (the paper's
+    pairing: no withdrawn / desk-rejected papers, a substantive direct author reply to a review, one
+    review/response pair per paper), which every row records. A venue without submissions builds empty tables
+    but fails the `has_submissions` check and gets an `ingest_errors` row: it never builds green."""
     venue = venue_registry.venue(context.partition_key)
+    config = SamplingConfig.from_mapping(venue.sampling)
     crawler, reader, api_version = crawler_for(context, venue_registry, lake, openreview)
     submissions = crawler.land_submissions() if crawler else reader.submissions()
     forum_ids = [n["id"] for n in submissions if isinstance(n, dict) and isinstance(n.get("id"), str)]
-    chosen = choose_papers(forum_ids, venue.seed, venue.sample_size)
-    context.log.info(f"{venue.key}: {len(chosen)} of {len(forum_ids)} submissions chosen (seed {venue.seed})")
+
+    def forum_notes(forum_id: str) -> list | None:
+        # Reply filters read the forum; a live venue lands it now, so the crawl after the draw resumes it.
+        if crawler and crawler.land_forum(forum_id).status == "failed":
+            return None
+        try:
+            return reader.forum(forum_id).notes
+        except (OSError, ValueError):
+            return None
+
+    draw = draw_sample(submissions, venue.seed, venue.sample_size, config, forum_notes, api_version)
+    context.log.info(f"{venue.key}: {len(draw.papers)} of {len(forum_ids)} submissions chosen (seed {venue.seed}); "
+                     f"passed over: {dict((reason, len(ids)) for reason, ids in draw.skipped.items())}")
     if not forum_ids:
         context.log.error(f"{venue.key}: {NO_SUBMISSIONS} ({len(submissions)} entries listed, none with an id)")
+    sampling_json = json.dumps(config.as_dict(), sort_keys=True)
     yield dg.Output(pl.DataFrame(
-        {
-            "venue": [venue.key] * len(chosen),
-            "forum_id": chosen,
-            "draw_order": list(range(len(chosen))),
-            "seed": [venue.seed] * len(chosen),
-            "sample_size": [venue.sample_size] * len(chosen),
-            "population": [len(forum_ids)] * len(chosen),
-        },
+        [{"venue": venue.key, "forum_id": paper.forum_id, "draw_order": order, "seed": venue.seed,
+          "sample_size": venue.sample_size, "population": len(forum_ids), "rank_key": paper.rank_key,
+          "sampling": sampling_json, "review_scope": config.reviews, "replied_review_ids": paper.replied_review_ids,
+          "paired_review_id": paper.paired_review_id} for order, paper in enumerate(draw.papers)],
         schema=PAPER_SAMPLE_SCHEMA,  # explicit, so an empty venue's table keeps its column types
-    ), metadata={"api_version": api_version})
+    ), metadata={"api_version": api_version, "sampling": dg.MetadataValue.json(config.as_dict()),
+                 "passed_over": dg.MetadataValue.json({reason: len(ids) for reason, ids in draw.skipped.items()})})
     yield dg.AssetCheckResult(
         check_name="has_submissions", passed=bool(forum_ids), severity=dg.AssetCheckSeverity.ERROR,
         metadata={"venue": venue.key, "population": len(forum_ids), "entries_listed": len(submissions),

@@ -1,7 +1,5 @@
 """Stage 4, retrieval: evidence retrieval for claims, restricted to each claim's own manuscript, and its metrics."""
 
-from pathlib import Path
-
 import dagster as dg
 import numpy as np
 import polars as pl
@@ -17,13 +15,16 @@ from peerify_dagster.resources.dagster_resources import (
     VenueRegistryResource,
 )
 
-RETRIEVAL_CODE_VERSION = "retrieval-v1"
+RETRIEVAL_CODE_VERSION = "retrieval-v2"
 
 QUERY_SCHEMA = {
     "venue": pl.String, "claim_id": pl.String, "paper_id": pl.String, "review_id": pl.String,
     "claim_text": pl.String, "kind": pl.String, "manuscript_label": pl.String, "rebuttal_label": pl.String,
-    "evidence_section": pl.String, "evidence_sentence": pl.String,
+    "evidence_section": pl.String, "evidence_sentence": pl.String, "source": pl.String,
+    "gold_chunk_ids": pl.List(pl.String),
 }
+SOURCE_ANSWER_KEY = "answer_key"  # the venue's hand-written answer key
+SOURCE_PAPER = "paper_sourced"  # PaperSourced claims (asset `paper_claims`)
 RUN_SCHEMA = {
     "venue": pl.String, "claim_id": pl.String, "paper_id": pl.String, "retriever": pl.String, "rank": pl.Int64,
     "chunk_id": pl.String, "score": pl.Float64, "status": pl.String, "error": pl.String,
@@ -38,20 +39,31 @@ METRIC_SCHEMA = {
 
 @dg.asset(partitions_def=venue_partitions, group_name="retrieval", kinds={"python", "parquet"},
           code_version=RETRIEVAL_CODE_VERSION)
-def retrieval_queries(context: dg.AssetExecutionContext, paper_sample: pl.DataFrame,
+def retrieval_queries(context: dg.AssetExecutionContext, paper_sample: pl.DataFrame, paper_claims: pl.DataFrame,
                       venue_registry: VenueRegistryResource) -> pl.DataFrame:
-    """Claims to retrieve evidence for: (claim id, paper id, claim text), with gold evidence sentences where the
-    venue has an answer key (`gold_claims` in venues.yaml). Only claims about the venue's chosen papers
-    (`paper_sample`); the key's other claims are counted in the metadata. Empty for venues without a key."""
+    """Claims to retrieve evidence for: (claim id, paper id, claim text) and where their gold evidence is.
+    Every venue: its PaperSourced claims (`source` paper_sourced; the rephrased claim is the query, gold = the
+    chunks holding its paragraph, label Supported). Venues with an answer key (`gold_claims` in venues.yaml) add
+    its claims (`source` answer_key; gold = the chunks containing the evidence sentence), limited to the venue's
+    chosen papers (`paper_sample`); the key's other claims are counted in the metadata."""
     venue = venue_registry.venue(context.partition_key)
-    key_rows = load_claim_key(Path(venue_registry.path).parent / venue.gold_claims) if venue.gold_claims else []
+    key_file = venue_registry.registry_file().parent / venue.gold_claims if venue.gold_claims else None
+    key_rows = load_claim_key(key_file) if key_file else []
     papers = set(paper_sample["forum_id"])
-    rows = [r for r in key_rows if r["paper_id"] in papers]
+    rows = [{**r, "source": SOURCE_ANSWER_KEY, "gold_chunk_ids": None} for r in key_rows if r["paper_id"] in papers]
+    key_claims_in_venue = len(rows)
     outside = sorted({r["paper_id"] for r in key_rows} - papers)
     if outside:
         context.log.warning(f"{len(key_rows) - len(rows)} answer-key claims are about papers not in the venue's "
                             f"sample and are left out: {outside}")
-    context.add_output_metadata({"claims_in_key": len(key_rows), "claims_not_in_venue": len(key_rows) - len(rows),
+    rows += [{"claim_id": c["claim_id"], "paper_id": c["paper_id"], "review_id": None, "claim_text": c["claim_text"],
+              "kind": "factual", "manuscript_label": c["label"], "rebuttal_label": None,
+              "evidence_section": c["section"], "evidence_sentence": None, "source": SOURCE_PAPER,
+              "gold_chunk_ids": c["gold_chunk_ids"]}
+             for c in paper_claims.iter_rows(named=True)]
+    context.add_output_metadata({"claims_in_key": len(key_rows),
+                                 "claims_not_in_venue": len(key_rows) - key_claims_in_venue,
+                                 "paper_sourced_claims": paper_claims.height,
                                  "papers_not_in_venue": dg.MetadataValue.json(outside)})
     return pl.DataFrame([{"venue": venue.key, **r} for r in rows], schema=QUERY_SCHEMA)
 
@@ -95,7 +107,7 @@ def retrieval_runs(context: dg.AssetExecutionContext, retrieval_queries: pl.Data
 def retrieval_metrics(context: dg.AssetExecutionContext, retrieval_runs: pl.DataFrame,
                       retrieval_queries: pl.DataFrame, chunks: pl.DataFrame) -> pl.DataFrame:
     """Recall@1/5/10, nDCG@10 and MRR@10 per retriever over the claims whose gold chunks are known (the chunks
-    containing the claim's evidence sentence). Claims with an evidence sentence whose paper has no chunks (no
+    containing an answer-key claim's evidence sentence; the chunks holding a PaperSourced claim's paragraph). Claims with an evidence sentence whose paper has no chunks (no
     usable manuscript) count as misses: `n_claims` = `n_claims_scored` + `n_claims_without_manuscript`, so a lost
     manuscript lowers recall instead of shrinking the denominator. Configurations that could not run are listed
     as unavailable."""

@@ -71,6 +71,10 @@ def evidence_verifications(context: dg.AssetExecutionContext, config: Verificati
                     "prompt_id": VERIFY_PROMPT, "gold_label": plan.claim["manuscript_label"],
                 })
         usage = gateway.usage()
+    # Unreadable ledger segments met while reading or compacting the ledger (up to the gateway's close): their calls
+    # were made again where needed, so say which.
+    for record in gateway.quarantined:
+        context.log.warning(record.describe())
     frame = pl.DataFrame(rows, schema=VERIFICATION_SCHEMA)
     judged = frame.filter((pl.col("status") == STATUS_OK) & pl.col("gold_label").is_not_null())
     context.add_output_metadata({
@@ -81,6 +85,9 @@ def evidence_verifications(context: dg.AssetExecutionContext, config: Verificati
         "calls_made": sum(u["calls"] for u in usage["by_model"].values()),
         "cache_hits": sum(u["cache_hits"] for u in usage["by_model"].values()),
         "parse_failures": int((~frame["parse_ok"]).sum()),  # null (no call made) is not counted
+        "ledger_segments_quarantined": dg.MetadataValue.json([
+            {"segment": str(r.segment), "moved_to": str(r.moved_to) if r.moved_to else None, "reason": r.reason,
+             "call_ids": list(r.call_ids)} for r in gateway.quarantined]),
         "agreement_with_answer_key": float((judged["label"] == judged["gold_label"]).mean() or 0.0)
         if judged.height else 0.0,
     })

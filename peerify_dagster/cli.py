@@ -7,6 +7,7 @@ or touches the lake, and reports a mistake as one line with exit code 2.
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 import uuid
@@ -18,7 +19,7 @@ import pyarrow.parquet as pq
 import yaml
 
 from peerify_dagster.domain.venues import SOURCES, RegistryError, Venue, add_venue, load_registry, missing_files
-from peerify_dagster.paths import DEFAULT_LAKE, DEFAULT_REGISTRY
+from peerify_dagster import paths
 from peerify_dagster.resources.files import remove_stale_temporaries
 from peerify_dagster.resources.lake import (
     SHARED_TABLES,
@@ -32,8 +33,10 @@ from peerify_dagster.resources.lake import (
 if TYPE_CHECKING:
     import dagster as dg
 
-# The LLM roles the asset graph calls today (verification); checked before a build starts.
-LLM_ROLES_IN_GRAPH = ["verifiers"]
+# The LLM roles the asset graph calls and their prompts (claims, verification); checked before a build starts.
+LLM_PROMPTS_IN_GRAPH = {"extractor": ["extract_claims", "extract_paper_claim", "rephrase_claim"],
+                        "fact_tagger": ["tag_fact"], "verifiers": ["verify"]}
+LLM_ROLES_IN_GRAPH = list(LLM_PROMPTS_IN_GRAPH)
 
 
 class ConfigError(Exception):
@@ -94,7 +97,7 @@ def _check_dagster_home() -> None:
 def check_build_config(venue_key: str) -> Venue:
     """Everything a build needs, checked before any work: the venue's registry entry and files, the Dagster home,
     and the LLM models of the graph's roles (profiles, role models, API keys, packages, model files)."""
-    registry_path = Path(DEFAULT_REGISTRY)
+    registry_path = Path(paths.registry_path())
     registry = load_registry(registry_path)
     if venue_key not in registry:
         raise ConfigError(f"{registry_path}: venue {venue_key!r} is not registered; "
@@ -104,12 +107,21 @@ def check_build_config(venue_key: str) -> Venue:
     if missing:
         raise ConfigError(missing[0])
     _check_dagster_home()
-    from peerify_dagster.resources.llm_gateway import LLMGateway, LLMGatewayError
+    from peerify_dagster.resources.llm_gateway import CallLedger, LLMGateway, LLMGatewayError
 
+    # Reading the ledger moves its unreadable segments aside. The ledger logs each one; here they are reported
+    # below instead, once, whatever the preflight finds.
+    ledger_log = logging.getLogger(CallLedger.__module__)
+    ledger_log.disabled, gateway = True, None
     try:  # unknown profiles or models, missing API keys, packages or model files are reported before any work starts
-        LLMGateway(DEFAULT_LAKE).preflight(LLM_ROLES_IN_GRAPH, prompts={"verifiers": ["verify"]})
+        gateway = LLMGateway(paths.lake_root())
+        gateway.preflight(LLM_ROLES_IN_GRAPH, prompts=LLM_PROMPTS_IN_GRAPH)
     except LLMGatewayError as exc:
         raise ConfigError(f"cannot build {venue_key}: {_one_line(exc)}") from None
+    finally:
+        ledger_log.disabled = False
+        for record in gateway.quarantined if gateway else []:
+            _say(record.describe())
     return venue
 
 
@@ -124,9 +136,9 @@ def _open_home(holder: str) -> dg.DagsterInstance:
             f"waiting for {other} to finish setting up the Dagster home"))
     except DagsterError as exc:
         raise ConfigError(f"DAGSTER_HOME={os.environ.get('DAGSTER_HOME')}: {_one_line(exc)}") from None
-    removed = remove_stale_temporaries(Lake(DEFAULT_LAKE).root)
+    removed = remove_stale_temporaries(Lake(paths.lake_root()).root)
     if removed:
-        lines.append(f"removed {len(removed)} temporary file(s) left by killed writers under {DEFAULT_LAKE}")
+        lines.append(f"removed {len(removed)} temporary file(s) left by killed writers under {paths.lake_root()}")
     for line in lines:
         _say(f"recover: {line}")
     return instance
@@ -141,7 +153,7 @@ def cmd_build(args: argparse.Namespace) -> int:
 
     me = f"the build of {venue.key} (pid {os.getpid()})"
     instance = _open_home(me)
-    lake = Lake(DEFAULT_LAKE)
+    lake = Lake(paths.lake_root())
     # Two builds of one venue write the same partitions: the second waits, then finds most work in the caches.
     with runs.exclusive_lock(lake.root / f".build-{venue.slug}.lock", me,
                              on_wait=lambda other: _say(f"waiting for {other} to finish")):
@@ -183,7 +195,7 @@ def cmd_recover(args: argparse.Namespace) -> int:
 
 
 def cmd_sql(args: argparse.Namespace) -> int:
-    lake = Lake(DEFAULT_LAKE)
+    lake = Lake(paths.lake_root())
     # A process holding the catalog keeps it as it is (its glob views still see new partitions); the query runs.
     for line in lake.refresh_catalog(wait_s=0).problems(with_not_refreshed=False):
         _say(line)
@@ -203,7 +215,7 @@ def cmd_sql(args: argparse.Namespace) -> int:
 
 
 def cmd_venues_list(args: argparse.Namespace) -> int:
-    registry = load_registry(Path(DEFAULT_REGISTRY))
+    registry = load_registry(Path(paths.registry_path()))
     rows = [(v.key, v.openreview_id, v.source, v.seed, v.sample_size) for v in registry.values()]
     print(_format_table(["venue", "openreview_id", "source", "seed", "sample_size"], rows))
     return 0
@@ -215,7 +227,7 @@ def cmd_venues_add(args: argparse.Namespace) -> int:
         sample_size=args.sample_size, api_url=args.api_url, snapshot=args.snapshot,
     )
     try:
-        add_venue(Path(DEFAULT_REGISTRY), venue)
+        add_venue(Path(paths.registry_path()), venue)
     except RegistryError as exc:
         _say(f"not added: {exc}")
         return 2

@@ -2,10 +2,19 @@
 
 import dagster as dg
 
-from assets import embeddings, forum_tables, ingestion, manuscript_pdfs, manuscripts, reports, retrieval, verification
+from assets import (
+    claims,
+    embeddings,
+    forum_tables,
+    ingestion,
+    manuscript_pdfs,
+    manuscripts,
+    reports,
+    retrieval,
+    verification,
+)
 from peerify_dagster.partitions import venue_partitions
 from peerify_dagster.resources.dagster_resources import (
-    DEFAULT_LAKE,
     DocumentParserResource,
     EmbeddingResource,
     LakeResource,
@@ -17,7 +26,7 @@ from peerify_dagster.resources.dagster_resources import (
 )
 
 all_assets = dg.load_assets_from_modules(
-    [ingestion, forum_tables, manuscript_pdfs, manuscripts, embeddings, retrieval, verification, reports]
+    [ingestion, forum_tables, manuscript_pdfs, manuscripts, embeddings, claims, retrieval, verification, reports]
 )
 
 build_venue_job = dg.define_asset_job(
@@ -32,14 +41,18 @@ REFRESH_RUN_CONFIG = {"ops": {"raw_openreview_notes": {"config": {"refetch": Tru
 
 @dg.sensor(job=build_venue_job, minimum_interval_seconds=60, default_status=dg.DefaultSensorStatus.RUNNING)
 def venue_registry_sensor(context: dg.SensorEvaluationContext, venue_registry: VenueRegistryResource):
-    """Adds venues newly listed in the registry as partitions and builds just those; old venues are untouched."""
+    """Adds venues newly listed in the registry as partitions and builds the new `source: snapshot` ones (local
+    files, no network). Live venues are only added: a crawl reaches OpenReview, so starting the UI never launches
+    one; build them with `peerify build <venue>` or Materialize in the UI."""
     known = set(context.instance.get_dynamic_partitions(venue_partitions.name))
     new = [key for key in venue_registry.venue_keys() if key not in known]
     if not new:
         return dg.SkipReason("no new venues in the registry")
+    replayed = [key for key in new if venue_registry.venue(key).source == "snapshot"]
     return dg.SensorResult(
-        run_requests=[dg.RunRequest(partition_key=key, run_key=f"register:{key}") for key in new],
+        run_requests=[dg.RunRequest(partition_key=key, run_key=f"register:{key}") for key in replayed],
         dynamic_partitions_requests=[venue_partitions.build_add_request(new)],
+        skip_reason=None if replayed else f"added live venue(s) {new} without building them: crawls run when asked",
     )
 
 
@@ -62,7 +75,8 @@ def catalog_refresh_sensor(context: dg.RunStatusSensorContext, lake: LakeResourc
         context.log.warning(line)
 
 
-def build_resources(lake_root: str = DEFAULT_LAKE, **overrides) -> dict:
+def build_resources(lake_root: str | None = None, **overrides) -> dict:
+    """The graph's resources; `lake_root=None` means PEERIFY_LAKE (read when a run opens the lake), else data_lake/."""
     resources = {
         "io_manager": ParquetLakeIOManager(root=lake_root),
         "lake": LakeResource(root=lake_root),

@@ -1,6 +1,8 @@
 """Where the project's files live: the repository, the lake and the venue registry.
 
-Kept free of heavy imports so the `peerify` command can check its configuration before loading Dagster.
+Kept free of heavy imports so the `peerify` command can check its configuration before loading Dagster. The
+environment is read when a path is asked for, never at import time, so a variable set after import (by a test,
+or a caller embedding the package) is honoured.
 """
 
 from __future__ import annotations
@@ -9,5 +11,13 @@ import os
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_LAKE = os.environ.get("PEERIFY_LAKE", str(REPO_ROOT / "data_lake"))
-DEFAULT_REGISTRY = os.environ.get("PEERIFY_VENUES", str(REPO_ROOT / "venues.yaml"))
+
+
+def lake_root() -> str:
+    """The lake folder: PEERIFY_LAKE, else `data_lake/` in the repository."""
+    return os.environ.get("PEERIFY_LAKE") or str(REPO_ROOT / "data_lake")
+
+
+def registry_path() -> str:
+    """The venue registry: PEERIFY_VENUES, else `venues.yaml` in the repository."""
+    return os.environ.get("PEERIFY_VENUES") or str(REPO_ROOT / "venues.yaml")

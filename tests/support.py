@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import dagster as dg
@@ -10,25 +9,9 @@ import dagster as dg
 from peerify_dagster.definitions import build_resources, defs
 from peerify_dagster.partitions import venue_partitions
 from peerify_dagster.resources.dagster_resources import OpenReviewResource, VenueRegistryResource
+from peerify_dagster.testing.cli import SAMPLE, SAMPLE_DIR, sample_registry, write_registry  # noqa: F401 - re-exported
 
-SAMPLE_DIR = Path(__file__).resolve().parents[1] / "peerify_dagster" / "sample_venue"
-SAMPLE = SAMPLE_DIR / "snapshot"
 ALL_ASSETS = list(defs.assets)
-
-
-def write_registry(folder: Path, key: str, **entry) -> Path:
-    """A one-venue `venues.yaml` in `folder` (values JSON-quoted, which YAML reads back unchanged)."""
-    path = folder / "venues.yaml"
-    lines = ["venues:", f"  {key}:"] + [f"    {k}: {json.dumps(v)}" for k, v in entry.items()]
-    path.write_text("\n".join(lines) + "\n")
-    return path
-
-
-def sample_registry(folder: Path, snapshot: Path = SAMPLE, **extra) -> Path:
-    """The sample venue as a snapshot venue, with its answer key, replayed from `snapshot`."""
-    return write_registry(folder, "sample", openreview_id="PeerifySample.cc/2026/Workshop", source="snapshot",
-                          snapshot=str(snapshot), gold_claims=str(SAMPLE_DIR / "claim_key.yaml"), seed=20260110,
-                          **extra)
 
 
 def materialise(key: str, registry: Path, lake_root: Path, instance: dg.DagsterInstance,

@@ -632,6 +632,26 @@ def test_budget_stops_the_batch_cleanly_and_keeps_recorded_calls(
     assert sum(result is not None for result in raised.value.results) == made
 
 
+def test_token_budget_stops_the_batch_cleanly_and_keeps_recorded_calls(
+    tmp_path: Path, models_file: Path, env: dict[str, str], openai_server: ScriptedOpenAIServer
+) -> None:
+    lake = tmp_path / "lake"
+    items = [{"claim": f"Claim number {i}.", "author_response": "We disagree."} for i in range(6)]
+    with make_gateway(lake, models_file, env) as unlimited:
+        per_call = unlimited.call("labeller_a", "label_rebuttal", items[0])
+    tokens_per_call = per_call.tokens_in + per_call.tokens_out
+    assert tokens_per_call > 0
+    # Room for two new calls (the cached first one costs nothing); with two calls in flight at once (the model's
+    # max_concurrency) one more may start before the second finishes, and no further one.
+    with make_gateway(lake, models_file, env, max_tokens=2 * tokens_per_call) as gateway:
+        with pytest.raises(BudgetExceeded, match=rf"tokens reached the run budget of {2 * tokens_per_call} tokens") as raised:
+            gateway.map("labeller_a", "label_rebuttal", items[1:])
+    made = openai_server.request_count - 1
+    assert 2 <= made <= 3 < len(items) - 1
+    assert len(ledger_rows(lake)) == 1 + made  # every call made is recorded, none half-written
+    assert sum(result is not None for result in raised.value.results) == made
+
+
 def test_map_keeps_order_isolates_bad_items_and_reports_progress(
     tmp_path: Path, models_file: Path, env: dict[str, str], openai_server: ScriptedOpenAIServer
 ) -> None:

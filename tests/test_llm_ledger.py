@@ -24,6 +24,7 @@ import duckdb
 import pyarrow.parquet as pq
 import pytest
 
+from peerify_dagster.resources.lake import Lake
 from peerify_dagster.resources.llm_gateway import CallLedger, LLMGateway
 from peerify_dagster.testing.openai_server import ScriptedOpenAIServer
 
@@ -195,6 +196,8 @@ def test_compaction_merges_per_call_segments_without_losing_or_repeating_rows(tm
     for path, content in copies.items():
         path.write_bytes(content)
     assert len(ledger_rows(lake)) == 8
+    _, shown = Lake(lake).query("select call_id from llm_calls")  # the catalog's view shows each row once
+    assert sorted(shown) == sorted((row[0],) for row in before)
     fresh = CallLedger(lake)
     assert sorted(fresh.successful_call_ids()) == sorted(row[0] for row in before)
     assert fresh.compact() == []  # the leftovers held nothing new

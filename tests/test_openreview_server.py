@@ -16,9 +16,9 @@ from typing import Any
 import openreview
 import pytest
 import requests
-from requests.adapters import HTTPAdapter
-from urllib3.util import Retry
 
+from peerify_dagster.resources.openreview import HttpPolicy
+from peerify_dagster.resources.openreview import make_client as production_client
 from peerify_dagster.testing.openreview_server import FakeOpenReviewServer, FaultRule, SnapshotError
 
 VENUE_ID = "ICLR.cc/2024/Conference"
@@ -113,31 +113,10 @@ def write_tiny_snapshot(root: Path) -> TinySnapshot:
     return TinySnapshot(root, forum_ids, notes_by_forum, edit_ids_by_forum, pdf_bytes_by_forum)
 
 
-class TimeoutHTTPAdapter(HTTPAdapter):
-    """Applies a default timeout, which requests otherwise leaves unset (wait forever)."""
-
-    def __init__(self, timeout: float, **kwargs: Any) -> None:
-        self.default_timeout = timeout
-        super().__init__(**kwargs)
-
-    def send(self, request: requests.PreparedRequest, timeout: Any = None, **kwargs: Any) -> requests.Response:
-        return super().send(request, timeout=self.default_timeout if timeout is None else timeout, **kwargs)
-
-
 def make_client(url: str, *, retries: int = 3, timeout: float = 10.0) -> openreview.api.OpenReviewClient:
-    """The real client, with urllib3 retries that back off in milliseconds instead of seconds."""
-    client = openreview.api.OpenReviewClient(baseurl=url)
-    if retries:
-        retry = Retry(total=retries, backoff_factor=0.01, status_forcelist=[429, 500, 502, 503, 504],
-                      respect_retry_after_header=True, allowed_methods=None)
-    else:
-        # requests' own no-retry setting: errors surface unwrapped (a ReadTimeout, not a MaxRetryError).
-        retry = Retry(0, read=False)
-    adapter = TimeoutHTTPAdapter(timeout, max_retries=retry)
-    # The client mounts its own adapters on http:// and on the edits URLs; replace all of them.
-    for prefix in list(client.session.adapters):
-        client.session.mount(prefix, adapter)
-    return client
+    """The production client and retry policy (resources/openreview.py), backing off in milliseconds; a server's
+    Retry-After is honoured whatever the backoff."""
+    return production_client(url, HttpPolicy(timeout_s=timeout, retries=retries, backoff_s=0.01))
 
 
 def statuses(server: FakeOpenReviewServer, path: str) -> list[int | None]:
@@ -299,6 +278,17 @@ def test_retry_after_burst_is_ridden_through(serve: Serve) -> None:
     assert statuses(server, "/groups") == [429, 429, 200]
 
 
+def test_production_client_waits_the_seconds_retry_after_asks(serve: Serve) -> None:
+    server = serve(faults=[FaultRule("/groups", "retry_after", retry_after=1, times=1)])
+
+    assert make_client(server.url).get_group(VENUE_ID).id == VENUE_ID
+
+    throttled, retried = [request for request in server.requests if request.path == "/groups"]
+    assert (throttled.status, retried.status) == (429, 200)
+    # The backoff alone is 10 ms: only the header explains a second between the answers.
+    assert 1.0 <= retried.answered_at - throttled.answered_at < 3.0
+
+
 def test_retry_after_header_carries_the_configured_seconds(serve: Serve) -> None:
     server = serve(faults=[FaultRule("/groups", "retry_after", retry_after=1)])
 
@@ -320,8 +310,10 @@ def test_server_error_burst_is_ridden_through_but_a_persistent_one_is_not(
 
     assert len(submissions) == len(tiny.forum_ids)
     assert statuses(server, "/notes")[:3] == [500, 500, 200]
-    with pytest.raises(requests.exceptions.RetryError):
+    with pytest.raises(openreview.OpenReviewException) as raised:  # the last answer, once retries are spent
         client.get_all_notes(invitation=SUBMISSION_INVITATION)
+    assert raised.value.args[0]["status"] == 503
+    assert statuses(server, "/notes")[-4:] == [503] * 4  # the first try and the policy's three retries
 
 
 def test_status_fault_that_is_not_retried_surfaces_its_json_error(serve: Serve, tiny: TinySnapshot) -> None:
@@ -352,7 +344,7 @@ def test_hang_times_out_the_client_while_the_server_keeps_answering(
     server = serve(faults=[FaultRule("/pdf", "hang", hang_seconds=60)])
     client = make_client(server.url, retries=0, timeout=0.5)
 
-    with pytest.raises(requests.exceptions.ReadTimeout):
+    with pytest.raises(requests.exceptions.ConnectionError, match="timed out"):
         client.get_pdf(tiny.forum_ids[0])
     group = client.get_group(VENUE_ID)
 

@@ -65,7 +65,7 @@ def test_add_venue_appends_and_refuses_duplicates(tmp_path):
 def test_cli_venues_add_and_sql(tmp_path, monkeypatch, capsys):
     registry = tmp_path / "venues.yaml"
     registry.write_text("venues:\n")
-    monkeypatch.setattr(cli, "DEFAULT_REGISTRY", str(registry))
+    monkeypatch.setenv("PEERIFY_VENUES", str(registry))
     assert cli.main(["venues", "add", "TMLR", "--seed", "3", "--sample-size", "10"]) == 0
     assert cli.main(["venues", "add", "TMLR", "--seed", "3"]) == 2
     assert "already registered" in capsys.readouterr().err
@@ -73,7 +73,7 @@ def test_cli_venues_add_and_sql(tmp_path, monkeypatch, capsys):
     assert "TMLR" in capsys.readouterr().out
 
     lake = tmp_path / "lake"
-    monkeypatch.setattr(cli, "DEFAULT_LAKE", str(lake))
+    monkeypatch.setenv("PEERIFY_LAKE", str(lake))
     assert cli.main(["sql", "select 41 + 1 as answer"]) == 0
     assert "42" in capsys.readouterr().out
     assert cli.main(["sql", "select * from no_such_table"]) == 1
@@ -97,15 +97,22 @@ def test_credentials_come_from_the_environment_and_are_not_logged(tmp_path, monk
         assert "s3cret-pass" not in text
 
 
-def test_sensor_adds_only_new_venues(tmp_path):
+def test_sensor_adds_new_venues_and_builds_only_the_snapshot_ones(tmp_path):
+    """Starting `make dev` must not crawl OpenReview: live venues become partitions, only snapshot venues build."""
     registry = tmp_path / "venues.yaml"
-    registry.write_text("venues:\n  A.cc/2026:\n    seed: 1\n  B.cc/2026:\n    seed: 2\n")
+    registry.write_text("venues:\n  A.cc/2026:\n    seed: 1\n  B.cc/2026:\n    seed: 2\n"
+                        "  C.cc/2026:\n    seed: 3\n    source: snapshot\n    snapshot: c-snapshot\n")
     instance = dg.DagsterInstance.ephemeral()
     instance.add_dynamic_partitions(venue_partitions.name, ["A.cc/2026"])
     context = dg.build_sensor_context(instance=instance, resources={"venue_registry": VenueRegistryResource(path=str(registry))})
     result = venue_registry_sensor(context)
-    assert [r.partition_key for r in result.run_requests] == ["B.cc/2026"]
-    assert result.dynamic_partitions_requests[0].partition_keys == ["B.cc/2026"]
+    assert [r.partition_key for r in result.run_requests] == ["C.cc/2026"]
+    assert result.dynamic_partitions_requests[0].partition_keys == ["B.cc/2026", "C.cc/2026"]
+
+    registry.write_text("venues:\n  A.cc/2026:\n    seed: 1\n  B.cc/2026:\n    seed: 2\n")
+    only_live = venue_registry_sensor(dg.build_sensor_context(
+        instance=instance, resources={"venue_registry": VenueRegistryResource(path=str(registry))}))
+    assert only_live.run_requests == [] and "without building" in only_live.skip_reason.skip_message
 
 
 def test_refresh_schedule_refetches_known_venues(tmp_path):
@@ -126,7 +133,7 @@ def test_refresh_schedule_refetches_known_venues(tmp_path):
 
 
 def test_build_refuses_to_start_without_api_keys(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(cli, "DEFAULT_LAKE", str(tmp_path / "lake"))
+    monkeypatch.setenv("PEERIFY_LAKE", str(tmp_path / "lake"))
     monkeypatch.setenv("PEERIFY_LLM_PROFILE", "paper")
     for key in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY"):
         monkeypatch.delenv(key, raising=False)

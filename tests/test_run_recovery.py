@@ -5,19 +5,18 @@ venue take turns, and temporaries of killed writers are removed."""
 from __future__ import annotations
 
 import os
-import sqlite3
 import subprocess
 import sys
 import threading
 import time
 import uuid
-from pathlib import Path
 
 import dagster as dg
 from dagster._core.events import EngineEventData
 from dagster._core.storage.dagster_run import DagsterRun, DagsterRunStatus
 
 from peerify_dagster.resources.runs import PoolWaitReporter, process_tags
+from peerify_dagster.testing.cli import alembic_heads
 from tests.cli_support import cli_env, dead_pid, fresh_home, peerify, start_peerify
 from tests.support import write_registry
 
@@ -44,15 +43,6 @@ def add_run(instance: dg.DagsterInstance, run_id: str, status: DagsterRunStatus,
 
 def slot_holders(instance: dg.DagsterInstance, pool: str = "llm") -> set[str]:
     return {slot.run_id for slot in instance.event_log_storage.get_concurrency_info(pool).claimed_slots if slot.run_id}
-
-
-def alembic_heads(home: Path) -> dict[str, list[str]]:
-    heads = {}
-    for db in sorted(home.rglob("*.db")):
-        with sqlite3.connect(db) as con:
-            if con.execute("select name from sqlite_master where name = 'alembic_version'").fetchone():
-                heads[db.name] = sorted(row[0] for row in con.execute("select version_num from alembic_version"))
-    return heads
 
 
 def test_recover_fails_dead_runs_and_frees_their_pool_slots(tmp_path, monkeypatch):

@@ -11,9 +11,12 @@ import dagster as dg
 import polars as pl
 import pytest
 
+from peerify_dagster.definitions import build_resources
+from peerify_dagster.partitions import venue_partitions
+from peerify_dagster.resources.dagster_resources import LLMGatewayResource, VenueRegistryResource
 from peerify_dagster.resources.lake import Lake
 from peerify_dagster.testing.openai_server import ScriptedOpenAIServer
-from tests.support import materialise, materialization_metadata, sample_registry
+from tests.support import ALL_ASSETS, materialise, materialization_metadata, sample_registry
 
 UP_TO_VERIFICATION = dg.AssetSelection.all() - dg.AssetSelection.groups("reports")
 
@@ -66,12 +69,16 @@ def test_every_claim_with_evidence_is_verified_and_recorded(verified):
     chunked = set(lake.read_table("chunks", "sample")["paper_id"])
     assert rows.height == queries.filter(pl.col("paper_id").is_in(chunked)).height == queries.height
     assert set(rows["status"]) == {"ok"}  # every paper of the sample that has claims has a manuscript
-    assert requests == rows.height  # one model request per claim
+    _, [(verify_calls, all_calls)] = lake.query(
+        "select count(*) filter (where prompt_id = 'verify'), count(*) from llm_calls")
+    assert verify_calls == rows.height  # one model request per claim
+    assert requests == all_calls  # every request (the claim stage's included) is in the ledger
     assert set(rows["verifier"]) == {"loopback"} and set(rows["retriever"]) == {"hybrid"}
     assert (rows["evidence_chunk_ids"].list.len() == 3).all()
     # Labels are normalised (Contradicted -> Not Supported); an unparseable answer is never turned into one.
-    assert set(rows["label"].drop_nulls()) <= {"Supported", "Not Supported"}
-    unparsed = rows.filter(~pl.col("parse_ok"))
+    parsed, unparsed = rows.filter(pl.col("parse_ok")), rows.filter(~pl.col("parse_ok"))
+    assert parsed.height >= 1 and parsed["label"].null_count() == 0  # an empty or all-null result fails here
+    assert set(parsed["label"]) <= {"Supported", "Not Supported"} and "Supported" in set(parsed["label"])
     assert unparsed.height >= 1 and unparsed["label"].null_count() == unparsed.height
     _, ledger = lake.query("select call_id, prompt_id, prompt_hash, model, error from llm_calls")
     by_id = {row[0]: row for row in ledger}
@@ -110,3 +117,28 @@ def test_missing_api_key_fails_before_any_call(tmp_path, monkeypatch):
         failure = [e for e in result.all_events if e.is_step_failure][0]
         assert "LOOPBACK_API_KEY" in str(failure.event_specific_data.error)
         assert server.request_count == 0
+
+
+def test_spent_budget_stops_the_llm_steps_cleanly(tmp_path, monkeypatch):
+    """A cost budget smaller than one call: each step that calls a model fails naming the budget after at most the
+    calls in flight (max_concurrency 2), every call made is in the ledger, and the failed steps write no table."""
+    with ScriptedOpenAIServer(responder=verdict) as server:
+        monkeypatch.setenv("PEERIFY_MODELS_FILE", str(models_file(tmp_path, server.base_url)))
+        monkeypatch.setenv("LOOPBACK_API_KEY", "test-key")
+        instance = dg.DagsterInstance.ephemeral()
+        instance.add_dynamic_partitions(venue_partitions.name, ["sample"])
+        resources = build_resources(str(tmp_path / "lake"), llm=LLMGatewayResource(max_cost_usd=1e-9),
+                                    venue_registry=VenueRegistryResource(path=str(sample_registry(tmp_path))))
+        result = dg.materialize(ALL_ASSETS, selection=UP_TO_VERIFICATION, instance=instance, partition_key="sample",
+                                resources=resources, raise_on_error=False)
+        made = server.request_count
+    assert not result.success
+    failures = [e for e in result.all_events if e.is_step_failure]
+    assert failures and all("reached the run budget $0.0000" in str(e.event_specific_data.error) for e in failures)
+    failed_steps = {e.step_key for e in failures}
+    assert not failed_steps & {e.step_key for e in result.all_events if e.is_step_materialization}
+    assert 1 <= made <= 2 * len(failures)
+    ledger = pl.read_parquet(tmp_path / "lake" / "llm_calls" / "*.parquet")
+    assert ledger.height == made and ledger["error"].null_count() == made
+    materialised = {e.asset_key.to_user_string() for e in result.all_events if e.is_step_materialization}
+    assert not {"evidence_verifications", "llm_usage"} & materialised

@@ -49,9 +49,15 @@ def load_claim_key(path: Path) -> list[dict]:
 def gold_chunk_ids(
     claims: Iterable[Mapping], chunks_by_paper: Mapping[str, list[tuple[str, str]]]
 ) -> dict[str, set[str]]:
-    """claim_id -> ids of the chunks of the claim's paper containing its evidence sentence."""
+    """claim_id -> ids of the chunks of the claim's paper containing its evidence sentence; a claim that names its
+    gold chunks (`gold_chunk_ids`, PaperSourced claims) keeps those of them the paper still has."""
     gold: dict[str, set[str]] = defaultdict(set)
     for claim in claims:
+        if claim.get("gold_chunk_ids"):
+            present = {chunk_id for chunk_id, _ in chunks_by_paper.get(claim["paper_id"], [])}
+            if named := set(claim["gold_chunk_ids"]) & present:
+                gold[claim["claim_id"]] = named
+            continue
         sentence = claim.get("evidence_sentence")
         if not sentence:
             continue

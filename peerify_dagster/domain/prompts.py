@@ -44,8 +44,14 @@ OUTPUT_SCHEMAS: dict[str, dict[str, Any]] = {
     },
     "claim_list": {
         "type": "object",
-        "properties": {"claims": {"type": "array", "items": {"type": "string"}}},
+        # maxItems bounds a small model that repeats one claim until max_tokens (a review section rarely holds 12)
+        "properties": {"claims": {"type": "array", "maxItems": 12, "items": {"type": "string"}}},
         "required": ["claims"],
+    },
+    "single_claim": {
+        "type": "object",
+        "properties": {"claim": _SHORT_TEXT},
+        "required": ["claim"],
     },
     "fact_tag": {
         "type": "object",

@@ -12,6 +12,7 @@ from pathlib import Path
 import yaml
 
 from peerify_dagster.domain.chunking import ChunkingConfig, ChunkingConfigError
+from peerify_dagster.domain.sampling import SamplingConfig, SamplingConfigError
 
 SOURCES = ("api", "snapshot")
 DEFAULT_API_URL = "https://api2.openreview.net"
@@ -33,6 +34,8 @@ class Venue:
     gold_claims: str | None = None  # claim answer key (YAML) with gold evidence, relative to the registry file
     chunking: dict | None = None  # chunking options (domain.chunking.ChunkingConfig); None = the defaults
     api_version: int | None = None  # OpenReview API 1 or 2; None = detect (year before 2023 -> 1, else probe)
+    sampling: dict | None = None  # paper-sampling options (domain.sampling.SamplingConfig); None = the defaults
+    llm_recording: str | None = None  # recorded LLM calls answered from the ledger (Parquet), relative to the registry
 
     @property
     def slug(self) -> str:
@@ -62,13 +65,17 @@ def _venue_from_entry(key: str, entry: dict) -> Venue:
                             f"known: {', '.join(sorted(known))}")
     if entry.get("api_version") not in (None, 1, 2) or isinstance(entry.get("api_version"), bool):
         raise RegistryError(f"venue {key!r}: api_version must be 1, 2 or absent (detect), got {entry['api_version']!r}")
-    for name in ("openreview_id", "api_url", "snapshot", "gold_claims"):
+    for name in ("openreview_id", "api_url", "snapshot", "gold_claims", "llm_recording"):
         if entry.get(name) is not None and not isinstance(entry[name], str):
             raise RegistryError(f"venue {key!r}: {name} must be a string, got {entry[name]!r}")
     try:
         ChunkingConfig.from_mapping(entry.get("chunking"))
     except ChunkingConfigError as error:
         raise RegistryError(f"venue {key!r}: chunking: {error}") from None
+    try:
+        SamplingConfig.from_mapping(entry.get("sampling"))
+    except SamplingConfigError as error:
+        raise RegistryError(f"venue {key!r}: sampling: {error}") from None
     return Venue(key=key, **{**entry, "openreview_id": entry.get("openreview_id", key), "source": source})
 
 
@@ -94,7 +101,8 @@ def load_registry(path: Path) -> dict[str, Venue]:
 
 def missing_files(venue: Venue, registry_path: Path) -> list[str]:
     """The files and folders a venue entry names (relative to the registry) that do not exist, one line each."""
-    named = {"snapshot": venue.snapshot if venue.source == "snapshot" else None, "gold_claims": venue.gold_claims}
+    named = {"snapshot": venue.snapshot if venue.source == "snapshot" else None, "gold_claims": venue.gold_claims,
+             "llm_recording": venue.llm_recording}
     return [f"{registry_path}: venue {venue.key!r}: {name} {value!r} does not exist ({registry_path.parent / value})"
             for name, value in named.items() if value and not (registry_path.parent / value).exists()]
 

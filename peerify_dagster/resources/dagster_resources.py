@@ -8,10 +8,11 @@ from pathlib import Path
 import dagster as dg
 import polars as pl
 
+from peerify_dagster.domain.columns import column_description
 from peerify_dagster.domain.venues import Venue, load_registry
-from peerify_dagster.paths import DEFAULT_LAKE, DEFAULT_REGISTRY
+from peerify_dagster import paths
 from peerify_dagster.resources.lake import Lake, UnreadablePartitionError
-from peerify_dagster.resources.openreview import HttpPolicy, make_client
+from peerify_dagster.resources.openreview import HttpPolicy, make_client, unreachable_reason
 
 
 def markdown_preview(frame: pl.DataFrame, rows: int = 5, width: int = 60) -> str:
@@ -26,31 +27,35 @@ def markdown_preview(frame: pl.DataFrame, rows: int = 5, width: int = 60) -> str
 
 
 class LakeResource(dg.ConfigurableResource):
-    """Where the lake lives; PEERIFY_LAKE overrides the default `data_lake/`."""
+    """Where the lake lives: `root`, else PEERIFY_LAKE (read when the lake is opened), else `data_lake/`."""
 
-    root: str = DEFAULT_LAKE
+    root: str | None = None
 
     def lake(self) -> Lake:
-        return Lake(self.root)
+        return Lake(self.root or paths.lake_root())
 
 
 class VenueRegistryResource(dg.ConfigurableResource):
-    """The venue registry file (venues.yaml); PEERIFY_VENUES points elsewhere."""
+    """The venue registry file: `path`, else PEERIFY_VENUES (read when the registry is opened), else venues.yaml."""
 
-    path: str = DEFAULT_REGISTRY
+    path: str | None = None
+
+    def registry_file(self) -> Path:
+        return Path(self.path or paths.registry_path())
 
     def venue(self, key: str) -> Venue:
-        registry = load_registry(Path(self.path))
+        registry = load_registry(self.registry_file())
         if key not in registry:
-            raise dg.Failure(f"venue {key!r} is not in the registry {self.path}; add it with `peerify venues add`")
+            raise dg.Failure(f"venue {key!r} is not in the registry {self.registry_file()}; "
+                             "add it with `peerify venues add`")
         return registry[key]
 
     def venue_keys(self) -> list[str]:
-        return list(load_registry(Path(self.path)))
+        return list(load_registry(self.registry_file()))
 
     def snapshot_dir(self, venue: Venue, lake: Lake) -> Path:
         if venue.source == "snapshot":
-            return (Path(self.path).parent / venue.snapshot).resolve()
+            return (self.registry_file().parent / venue.snapshot).resolve()
         return lake.root / "snapshots" / venue.slug
 
 
@@ -61,6 +66,12 @@ class OpenReviewResource(dg.ConfigurableResource):
     retries: int = 6
     backoff_s: float = 1.0
 
+    def check_reachable(self, api_url: str) -> None:
+        """Fails the step at once, in one sentence, when the API cannot be reached (offline, DNS, refused)."""
+        problem = unreachable_reason(api_url, timeout_s=min(self.timeout_s, 10.0))
+        if problem:
+            raise dg.Failure(description=f"cannot reach OpenReview at {api_url}: {problem}", allow_retries=False)
+
     def client(self, api_url: str, api_version: int = 2):
         policy = HttpPolicy(timeout_s=self.timeout_s, retries=self.retries, backoff_s=self.backoff_s)
         return make_client(api_url, policy, api_version)
@@ -70,20 +81,24 @@ class ParquetLakeIOManager(dg.ConfigurableIOManager):
     """Stores each asset partition as `<lake>/<asset>/<partition>.parquet`. The catalog is refreshed outside
     the steps (see lake.py), so a bad file of another table or a process holding the catalog never fails a step."""
 
-    root: str = DEFAULT_LAKE
+    root: str | None = None  # None: PEERIFY_LAKE when a step runs, else `data_lake/`
+
+    def _lake(self) -> Lake:
+        return Lake(self.root or paths.lake_root())
 
     def _partition(self, context) -> str | None:  # noqa: ANN001
         return context.partition_key if context.has_partition_key else None
 
     def handle_output(self, context: dg.OutputContext, obj: pl.DataFrame) -> None:
         table = context.asset_key.path[-1]
-        path = Lake(self.root).write_table(table, self._partition(context), obj)
+        path = self._lake().write_table(table, self._partition(context), obj)
         context.add_output_metadata({
             "dagster/row_count": obj.height,
             "path": dg.MetadataValue.path(str(path)),
             "preview": dg.MetadataValue.md(markdown_preview(obj)),
             "dagster/column_schema": dg.TableSchema(
-                columns=[dg.TableColumn(name, str(dtype)) for name, dtype in obj.schema.items()]
+                columns=[dg.TableColumn(name, str(dtype), description=column_description(table, name))
+                         for name, dtype in obj.schema.items()]
             ),
         })
 
@@ -91,7 +106,7 @@ class ParquetLakeIOManager(dg.ConfigurableIOManager):
         table = context.asset_key.path[-1]
         partition = context.asset_partition_key if context.has_asset_partitions else None
         try:
-            return Lake(self.root).read_table(table, partition)
+            return self._lake().read_table(table, partition)
         except UnreadablePartitionError as exc:
             rebuild = f"`peerify build {partition}` rebuilds it" if partition else "materialise it again"
             raise dg.Failure(
@@ -107,25 +122,29 @@ class DocumentParserResource(dg.ConfigurableResource):
     Docling models, the full layout pipeline is used; without, the model-free native pipeline plus the
     project's own structure recovery."""
 
-    artifacts_path: str | None = os.environ.get("PEERIFY_DOCLING_ARTIFACTS") or None
+    artifacts_path: str | None = None
 
     def parser(self):
         from peerify_dagster.resources.document_parser import DocumentParser
 
-        return DocumentParser(artifacts_path=self.artifacts_path)
+        return DocumentParser(artifacts_path=self.artifacts_path or os.environ.get("PEERIFY_DOCLING_ARTIFACTS") or None)
 
 
 class EmbeddingResource(dg.ConfigurableResource):
     """Sentence-embedding model: None = the packaged all-MiniLM-L6-v2 (offline); else a name or local path
     (PEERIFY_EMBEDDING_MODEL). Vectors are cached by text hash under `<lake>/embedding_cache/`."""
 
-    model: str | None = os.environ.get("PEERIFY_EMBEDDING_MODEL") or None
+    model: str | None = None
     batch_size: int = 32
+
+    def model_name(self) -> str | None:
+        # Read when the model is loaded, so the environment of the run (not of the import) decides.
+        return self.model or os.environ.get("PEERIFY_EMBEDDING_MODEL") or None
 
     def cache(self, lake: Lake):
         from peerify_dagster.resources.embedder import Embedder, EmbeddingCache
 
-        return EmbeddingCache(lake.root / "embedding_cache", Embedder(self.model, batch_size=self.batch_size))
+        return EmbeddingCache(lake.root / "embedding_cache", Embedder(self.model_name(), batch_size=self.batch_size))
 
 
 class RetrievalResource(dg.ConfigurableResource):
@@ -134,14 +153,18 @@ class RetrievalResource(dg.ConfigurableResource):
 
     retrievers: list[str] = ["bm25", "dense", "hybrid", "bm25+rerank", "dense+rerank", "hybrid+rerank"]
     k: int = 10
-    reranker_path: str | None = os.environ.get("PEERIFY_RERANKER_PATH") or None
+    reranker_path: str | None = None
+
+    def reranker_folder(self) -> str | None:
+        return self.reranker_path or os.environ.get("PEERIFY_RERANKER_PATH") or None
 
     def reranker(self):
-        if not self.reranker_path:
+        folder = self.reranker_folder()
+        if not folder:
             return None
         from peerify_dagster.resources.reranker import CrossEncoderReranker
 
-        return CrossEncoderReranker(self.reranker_path)
+        return CrossEncoderReranker(folder)
 
 
 class LLMGatewayResource(dg.ConfigurableResource):

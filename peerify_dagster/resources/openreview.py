@@ -94,6 +94,25 @@ def make_client(api_url: str, policy: HttpPolicy = HttpPolicy(), api_version: in
     return client
 
 
+def unreachable_reason(api_url: str, timeout_s: float = 10.0) -> str | None:
+    """Why the API host cannot be reached (no network, unknown host, refused, no answer), in a few words; None when
+    it answers at all (any HTTP status). One plain request without retries, so an offline machine learns it at once
+    rather than after a minute of backoff."""
+    try:
+        requests.get(api_url, timeout=timeout_s, allow_redirects=False)
+    except requests.exceptions.Timeout:
+        return f"no answer within {timeout_s:g} s"
+    except requests.exceptions.RequestException as exc:
+        text = str(exc)
+        if any(marker in text for marker in ("NameResolution", "Name or service not known", "Failed to resolve",
+                                             "nodename nor servname", "Temporary failure in name resolution")):
+            return "its host name does not resolve (no network or DNS)"
+        if "Connection refused" in text:
+            return "the connection was refused"
+        return f"{type(exc).__name__}: {text[:200]}"
+    return None
+
+
 class _RawResponses:
     """Keeps the JSON bodies the client received, so notes are landed exactly as the API sent them
     (the client's Note objects drop fields such as `number`, `tcdate` and `domain`)."""

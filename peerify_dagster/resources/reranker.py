@@ -6,7 +6,6 @@ The reranker is a plain `(query, passages) -> scores` callable, which is what
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -25,7 +24,6 @@ class CrossEncoderReranker:
         location = Path(path)
         if not location.is_dir():
             raise FileNotFoundError(f"cross-encoder folder {location} does not exist (only local models are loaded)")
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
         from sentence_transformers import CrossEncoder  # heavy import, only when a reranker is configured
 
         self.batch_size = batch_size

@@ -26,6 +26,7 @@ import secrets
 import socket
 import sys
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http import HTTPStatus
@@ -117,6 +118,7 @@ class RecordedRequest:
     params: dict[str, str]
     status: int | None  # None when the connection was dropped without an answer
     fault: str | None = None  # the action of the fault rule that hit it, if any
+    answered_at: float = field(default_factory=time.monotonic)  # when the answer was sent (time.monotonic)
 
 
 @dataclass
@@ -224,6 +226,13 @@ class _Snapshot:
         if not forum_id or "/" in forum_id or "\\" in forum_id or forum_id.startswith("."):
             return None
         path = self.pdf_dir / f"{forum_id}.pdf"
+        return path if path.is_file() else None
+
+    def edit_pdf_path(self, edit_id: str) -> Path | None:
+        """`pdfs/edits/<edit id>.pdf`: the PDF as of one edit, so tests can tell which version a client took."""
+        if not edit_id or "/" in edit_id or "\\" in edit_id or edit_id.startswith("."):
+            return None
+        path = self.pdf_dir / "edits" / f"{edit_id}.pdf"
         return path if path.is_file() else None
 
 
@@ -547,6 +556,8 @@ class FakeOpenReviewServer:
         forum_id = self._snapshot.forum_by_edit_id.get(edit_id)
         if forum_id is None:
             return _error_reply(HTTPStatus.NOT_FOUND, f"Reference {edit_id} not found")
+        if (path := self._snapshot.edit_pdf_path(edit_id)) is not None:
+            return _Reply(HTTPStatus.OK, path.read_bytes(), "application/pdf")
         return self._pdf_reply(forum_id, f"PDF of reference {edit_id} (note {forum_id}) not found")
 
     def _pdf_reply(self, forum_id: str, missing_message: str) -> _Reply:

@@ -1,0 +1,394 @@
+"""Stage 4a, claims: review claims extracted section by section (and from reviewer follow-ups), cleaned by recorded
+rules, typed factual / subjective, and PaperSourced claims written from manuscript paragraphs with known gold
+chunks. Every model call goes through the LLM gateway and its `llm_calls` ledger."""
+
+from collections import defaultdict
+from collections.abc import Callable, Mapping
+from contextlib import contextmanager
+
+import dagster as dg
+import polars as pl
+
+from peerify_dagster.domain import claims as rules
+from peerify_dagster.domain.claims import Candidate, ReviewSection
+from peerify_dagster.domain.forum_tables import REVIEW_TEXT_FIELDS, SCORE_FIELDS
+from peerify_dagster.domain.layout import Block
+from peerify_dagster.domain.paper_claims import (
+    CLAIM_UNUSABLE,
+    DUPLICATE_CLAIM,
+    GOLD_NOT_FOUND,
+    NO_BODY_PARAGRAPHS,
+    NO_CHUNKS,
+    body_paragraphs,
+    draw_paragraphs,
+    gold_chunk_ids,
+    paper_claim_id,
+    rephrasing_problem,
+    written_claim_problem,
+)
+from peerify_dagster.domain.prompts import prompts_code_version, template_hash
+from peerify_dagster.partitions import venue_partitions
+from peerify_dagster.resources.dagster_resources import (
+    EmbeddingResource,
+    LakeResource,
+    LLMGatewayResource,
+    VenueRegistryResource,
+)
+from peerify_dagster.resources.llm_recording import install_recording
+
+EXTRACT_PROMPT = "extract_claims"
+TAG_PROMPT = "tag_fact"
+PAPER_CLAIM_PROMPT = "extract_paper_claim"
+REPHRASE_PROMPT = "rephrase_claim"
+REVIEW_CLAIMS_CODE_VERSION = f"review-claims-v1-{prompts_code_version([EXTRACT_PROMPT])}"
+CLAIM_TYPES_CODE_VERSION = f"claim-types-v1-{prompts_code_version([TAG_PROMPT])}"
+PAPER_CLAIMS_CODE_VERSION = f"paper-claims-v1-{prompts_code_version([PAPER_CLAIM_PROMPT, REPHRASE_PROMPT])}"
+
+_TEXT = pl.String
+REVIEW_CLAIM_SCHEMA = {
+    "venue": _TEXT, "claim_id": _TEXT, "paper_id": _TEXT, "review_id": _TEXT, "reviewer_id": _TEXT, "source": _TEXT,
+    "source_id": _TEXT, "section": _TEXT, "claim_order": pl.Int64, "claim_text": _TEXT, "raw_text": _TEXT,
+    "span_start": pl.Int64, "span_end": pl.Int64, "span_kind": _TEXT, "span_reason": _TEXT,
+    "absorbed_claim_ids": pl.List(_TEXT), "extractor_model": _TEXT, "prompt_id": _TEXT, "prompt_hash": _TEXT,
+    "call_id": _TEXT,
+}
+DROPPED_SCHEMA = {
+    "venue": _TEXT, "paper_id": _TEXT, "review_id": _TEXT, "reviewer_id": _TEXT, "source": _TEXT, "source_id": _TEXT,
+    "section": _TEXT, "level": _TEXT, "claim_id": _TEXT, "claim_text": _TEXT, "raw_text": _TEXT, "rule": _TEXT,
+    "detail": _TEXT, "call_id": _TEXT,
+}
+CLAIM_TYPE_SCHEMA = {
+    "venue": _TEXT, "claim_id": _TEXT, "paper_id": _TEXT, "review_id": _TEXT, "claim_type": _TEXT,
+    "rationale": _TEXT, "parse_ok": pl.Boolean, "error": _TEXT, "model": _TEXT, "prompt_hash": _TEXT, "call_id": _TEXT,
+}
+PAPER_CLAIM_SCHEMA = {
+    "venue": _TEXT, "claim_id": _TEXT, "paper_id": _TEXT, "claim_text": _TEXT, "original_claim": _TEXT,
+    "label": _TEXT, "paragraph": _TEXT, "section": _TEXT, "section_path": pl.List(_TEXT),
+    "gold_chunk_ids": pl.List(_TEXT), "paragraph_order": pl.Int64, "seed": pl.Int64, "draw_order": pl.Int64,
+    "extractor_model": _TEXT, "claim_call_id": _TEXT, "rephrase_call_id": _TEXT,
+}
+PAPER_CLAIM_GAP_SCHEMA = {
+    "venue": _TEXT, "paper_id": _TEXT, "paragraph_order": pl.Int64, "reason": _TEXT, "detail": _TEXT, "call_id": _TEXT,
+}
+
+
+@contextmanager
+def venue_gateway(context: dg.AssetExecutionContext, llm: LLMGatewayResource, lake: LakeResource,
+                  venue_registry: VenueRegistryResource):
+    """The gateway for this venue's calls, with the venue's recorded calls (if it ships any) in the ledger first.
+    The claim assets come before every other LLM step of the graph, so the recording serves those too."""
+    venue = venue_registry.venue(context.partition_key)
+    if venue.llm_recording:
+        installed = install_recording(lake.lake().root, venue_registry.registry_file().parent / venue.llm_recording)
+        if installed:
+            context.log.info(f"recorded LLM calls of {venue.key} installed in the ledger: {installed.name}")
+    with llm.gateway(lake.lake(), run_id=context.run_id) as gateway:
+        yield gateway
+
+
+def _progress(context: dg.AssetExecutionContext, what: str) -> Callable:
+    def report(done: int, total: int, _result) -> None:
+        if done == total or done % 20 == 0:
+            context.log.info(f"{what}: {done}/{total}")
+    return report
+
+
+def _usage_metadata(gateway) -> dict:
+    usage = gateway.usage()["by_model"]
+    return {"calls_made": sum(u["calls"] for u in usage.values()),
+            "cache_hits": sum(u["cache_hits"] for u in usage.values()),
+            "usage_by_model": dg.MetadataValue.json(usage)}
+
+
+class _Unit:
+    """One review or reviewer follow-up: the text units sent to the extractor, or why there are none."""
+
+    def __init__(self, row: Mapping, source: str, source_id: str, review_id: str | None,
+                 sections: list[ReviewSection], problem: str | None):
+        self.row, self.source, self.source_id, self.review_id = row, source, source_id, review_id
+        self.sections, self.problem = sections, problem
+
+    def drop_row(self, venue: str, rule: str, detail: str | None = None, section: str | None = None,
+                 call_id: str | None = None, level: str = "source") -> dict:
+        return {"venue": venue, "paper_id": self.row["paper_id"], "review_id": self.review_id,
+                "reviewer_id": self.row.get("reviewer_id"), "source": self.source, "source_id": self.source_id,
+                "section": section, "level": level, "claim_id": None, "claim_text": None, "raw_text": None,
+                "rule": rule, "detail": detail, "call_id": call_id}
+
+
+def _review_scope(paper_sample: pl.DataFrame) -> dict[str, set[str] | None]:
+    """paper id -> the review ids claims are extracted from (None: every review), per the venue's sampling."""
+    scope: dict[str, set[str] | None] = {}
+    for row in paper_sample.iter_rows(named=True):
+        if row.get("review_scope") == "replied":
+            scope[row["forum_id"]] = set(row["replied_review_ids"] or [])
+        elif row.get("review_scope") == "one_pair":
+            scope[row["forum_id"]] = {row["paired_review_id"]} if row["paired_review_id"] else set()
+        else:
+            scope[row["forum_id"]] = None
+    return scope
+
+
+def _plan_units(reviews: pl.DataFrame, followups: pl.DataFrame, scope: Mapping[str, set[str] | None]) -> list[_Unit]:
+    units = []
+    in_scope: set[str] = set()
+    for row in reviews.sort("paper_id", "review_id").iter_rows(named=True):
+        allowed = scope.get(row["paper_id"])
+        sections = rules.review_sections(row, REVIEW_TEXT_FIELDS)
+        has_scores = any(row.get(f"{name}_score") is not None for name in SCORE_FIELDS)
+        problem = rules.review_problem(sections, has_scores)
+        if allowed is not None and row["review_id"] not in allowed:
+            problem = rules.UNIT_NOT_SAMPLED
+        else:
+            in_scope.add(row["review_id"])
+        units.append(_Unit(row, rules.SOURCE_REVIEW, row["review_id"], row["review_id"], sections, problem))
+    for row in followups.sort("paper_id", "cdate", "comment_id", nulls_last=True).iter_rows(named=True):
+        text = (row.get("text") or "").strip()
+        sections = [ReviewSection(rules.FOLLOWUP_SECTION, text, (row.get("text") or "").find(text))] if text else []
+        problem = rules.review_problem(sections, has_scores=False)
+        if row.get("review_id") is None:
+            problem = rules.UNIT_NO_REVIEW
+        elif row["review_id"] not in in_scope and problem is None:
+            problem = rules.UNIT_NOT_SAMPLED
+        units.append(_Unit(row, rules.SOURCE_FOLLOWUP, row["comment_id"], row.get("review_id"), sections, problem))
+    return units
+
+
+@dg.multi_asset(
+    partitions_def=venue_partitions,
+    group_name="claims",
+    pool="llm",
+    outs={
+        "review_claims": dg.AssetOut(
+            kinds={"python", "parquet"}, code_version=REVIEW_CLAIMS_CODE_VERSION,
+            description="Atomic claims from each review section and reviewer follow-up (`source`), with a stable id "
+                        "(review id + normalised text), the span in the source text or why there is none, the "
+                        "duplicates it absorbed, the extractor model, prompt hash and ledger call id.",
+        ),
+        "claims_dropped": dg.AssetOut(
+            kinds={"python", "parquet"}, code_version=REVIEW_CLAIMS_CODE_VERSION,
+            description="Every claim the cleaning rules dropped (`level` claim, with its rule), every section whose "
+                        "extractor answer was unusable (`level` section) and every review or follow-up (`source`) "
+                        "that yielded no claim (`level` source, with the reason).",
+        ),
+    },
+)
+def review_claims(context: dg.AssetExecutionContext, reviews: pl.DataFrame, reviewer_followups: pl.DataFrame,
+                  paper_sample: pl.DataFrame, lake: LakeResource, llm: LLMGatewayResource,
+                  embedding_model: EmbeddingResource, venue_registry: VenueRegistryResource):
+    """The `extractor` role decomposes each free-text section of every review, and each reviewer follow-up, into
+    atomic claims (JSON schema `claim_list`). Whitespace and quotes are normalised; questions, requests,
+    speculation, meta-commentary, fragments, over-long claims and claims longer than their section are dropped;
+    exact and near-duplicates within a review (cosine >= NEAR_DUPLICATE_COSINE) are merged into the first. Every
+    review and follow-up is in `review_claims` or has a `claims_dropped` row saying why not."""
+    venue = context.partition_key
+    units = _plan_units(reviews, reviewer_followups, _review_scope(paper_sample))
+    work = [(unit, section) for unit in units if unit.problem is None for section in unit.sections]
+    items = [{"review_text": rules.section_prompt_text(section)} for _, section in work]
+    dropped: list[dict] = [unit.drop_row(venue, unit.problem) for unit in units if unit.problem is not None]
+    with venue_gateway(context, llm, lake, venue_registry) as gateway:
+        gateway.preflight(["extractor"])
+        results = gateway.map("extractor", EXTRACT_PROMPT, items, role="extractor",
+                              progress=_progress(context, "review sections"))
+        usage = _usage_metadata(gateway)
+    candidates: list[Candidate] = []
+    unusable: dict[int, int] = defaultdict(int)
+    for (unit, section), result in zip(work, results):
+        texts = rules.claims_from_answer(result.parsed) if result.parse_ok and result.error is None else None
+        if texts is None:
+            unusable[id(unit)] += 1
+            dropped.append(unit.drop_row(venue, rules.SECTION_UNUSABLE, result.error or "the answer is not a JSON "
+                                         "object with a list of claims", section.name, result.call_id or None,
+                                         level="section"))
+            continue
+        candidates += [Candidate(unit.review_id, unit.source, unit.source_id, section.name, section.text,
+                                 section.start, text, result.call_id) for text in texts]
+    cache = embedding_model.cache(lake.lake())
+    kept, claim_drops = rules.clean_claims(candidates, lambda texts: cache.embed_with_cache(texts)[0])
+    unit_of = {(unit.source, unit.source_id): unit for unit in units}
+    model = results[0].model if results else None
+    prompt_hash = template_hash(EXTRACT_PROMPT)
+    rows = []
+    for order, claim in enumerate(kept):
+        c = claim.candidate
+        start, end, kind, reason = rules.find_span(c.text, c.section_text, c.section_start)
+        unit = unit_of[(c.source, c.source_id)]
+        rows.append({"venue": venue, "claim_id": claim.claim_id, "paper_id": unit.row["paper_id"],
+                     "review_id": c.review_id, "reviewer_id": unit.row.get("reviewer_id"), "source": c.source,
+                     "source_id": c.source_id, "section": c.section, "claim_order": order, "claim_text": c.text,
+                     "raw_text": c.raw_text, "span_start": start, "span_end": end, "span_kind": kind,
+                     "span_reason": reason, "absorbed_claim_ids": claim.absorbed, "extractor_model": model,
+                     "prompt_id": EXTRACT_PROMPT, "prompt_hash": prompt_hash, "call_id": c.call_id})
+    for drop in claim_drops:
+        c = drop.candidate
+        unit = unit_of[(c.source, c.source_id)]
+        dropped.append({**unit.drop_row(venue, drop.rule, drop.detail, c.section, c.call_id, level="claim"),
+                        "claim_id": rules.claim_id(c.review_id, c.text), "claim_text": c.text, "raw_text": c.raw_text})
+    yielding = {(c.candidate.source, c.candidate.source_id) for c in kept}
+    for unit in units:
+        if unit.problem is None and (unit.source, unit.source_id) not in yielding:
+            every_section_failed = unusable[id(unit)] == len(unit.sections)
+            dropped.append(unit.drop_row(venue, rules.UNIT_UNUSABLE if every_section_failed else rules.UNIT_NO_CLAIMS))
+    claims = pl.DataFrame(rows, schema=REVIEW_CLAIM_SCHEMA)
+    drops = pl.DataFrame(dropped, schema=DROPPED_SCHEMA)
+    counts = drops.group_by("level", "rule").len().sort("level", "rule")
+    yield dg.Output(claims, output_name="review_claims", metadata={
+        **usage, "reviews": reviews.height, "followups": reviewer_followups.height, "sections_sent": len(items),
+        "claims_written": len(candidates), "claims_kept": len(kept),
+        "dropped_by_rule": dg.MetadataValue.json({f"{r['level']}:{r['rule']}": r["len"] for r in counts.to_dicts()}),
+        "span_kinds": dg.MetadataValue.json(dict(claims.group_by("span_kind").len().iter_rows())),
+        "near_duplicate_cosine": rules.NEAR_DUPLICATE_COSINE,
+    })
+    yield dg.Output(drops, output_name="claims_dropped", metadata={
+        "sources_without_claims": drops.filter(pl.col("level") == "source").height,
+        "sections_unusable": drops.filter(pl.col("level") == "section").height,
+        "claims_dropped": drops.filter(pl.col("level") == "claim").height,
+    })
+
+
+@dg.asset(partitions_def=venue_partitions, group_name="claims", kinds={"python", "parquet"},
+          code_version=CLAIM_TYPES_CODE_VERSION, pool="llm")
+def claim_types(context: dg.AssetExecutionContext, review_claims: pl.DataFrame, lake: LakeResource,
+                llm: LLMGatewayResource, venue_registry: VenueRegistryResource) -> pl.DataFrame:
+    """The `fact_tagger` role tags each review claim `factual` (checkable against the manuscript) or `subjective`
+    (judgements, recommendations, forward-looking statements), with its rationale and the ledger call id. An
+    unusable answer leaves claim_type null with parse_ok false: it is never guessed."""
+    items = [{"claim": text} for text in review_claims["claim_text"]]
+    with venue_gateway(context, llm, lake, venue_registry) as gateway:
+        gateway.preflight(["fact_tagger"])
+        results = gateway.map("fact_tagger", TAG_PROMPT, items, role="fact_tagger",
+                              progress=_progress(context, "claims tagged"))
+        usage = _usage_metadata(gateway)
+    prompt_hash = template_hash(TAG_PROMPT)
+    rows = []
+    for claim, result in zip(review_claims.iter_rows(named=True), results):
+        usable = result.parse_ok and result.error is None
+        rows.append({"venue": context.partition_key, "claim_id": claim["claim_id"], "paper_id": claim["paper_id"],
+                     "review_id": claim["review_id"],
+                     "claim_type": result.parsed.get("claim_kind") if usable else None,
+                     "rationale": result.parsed.get("reason") if usable else None, "parse_ok": usable,
+                     "error": result.error, "model": result.model, "prompt_hash": prompt_hash,
+                     "call_id": result.call_id or None})
+    frame = pl.DataFrame(rows, schema=CLAIM_TYPE_SCHEMA)
+    context.add_output_metadata({**usage, "types": dg.MetadataValue.json(
+        {str(k): v for k, v in frame.group_by("claim_type").len().iter_rows()})})
+    return frame
+
+
+def _paper_blocks(parsed_manuscripts: pl.DataFrame) -> dict[str, list[Block]]:
+    return {row["paper_id"]: [Block(**block) for block in row["blocks"]]
+            for row in parsed_manuscripts.iter_rows(named=True)}
+
+
+class PaperClaimsConfig(dg.Config):
+    paragraphs_per_paper: int = 5  # the paper's B1: 295 claims over 59 papers
+    include_appendix: bool = False  # appendix paragraphs may be drawn too
+
+
+def _single_claim(result) -> str | None:
+    text = result.parsed.get("claim") if result.parse_ok and result.error is None and result.parsed else None
+    return rules.normalise_claim(text) if isinstance(text, str) and rules.normalise_claim(text) else None
+
+
+@dg.multi_asset(
+    partitions_def=venue_partitions,
+    group_name="claims",
+    pool="llm",
+    outs={
+        "paper_claims": dg.AssetOut(
+            kinds={"python", "parquet"}, code_version=PAPER_CLAIMS_CODE_VERSION,
+            description="PaperSourced claims (label Supported by construction): the claim written from a drawn body "
+                        "paragraph (`original_claim`), its rephrasing (`claim_text`, the query), the paragraph, its "
+                        "section path, the gold chunk id(s) holding it, the seed and the ledger call ids.",
+        ),
+        "paper_claims_dropped": dg.AssetOut(
+            kinds={"python", "parquet"}, code_version=PAPER_CLAIMS_CODE_VERSION,
+            description="Papers and drawn paragraphs that yielded no PaperSourced claim, with the reason: no chunks, "
+                        "no body paragraph, gold chunk not found, unusable or identical model answers, duplicates.",
+        ),
+    },
+    check_specs=[dg.AssetCheckSpec("gold_chunks_exist", asset="paper_claims", blocking=True,
+                                   description="every gold chunk id of every PaperSourced claim is in `chunks`")],
+)
+def paper_claims(context: dg.AssetExecutionContext, config: PaperClaimsConfig, parsed_manuscripts: pl.DataFrame,
+                 chunks: pl.DataFrame, paper_sample: pl.DataFrame, lake: LakeResource, llm: LLMGatewayResource,
+                 venue_registry: VenueRegistryResource):
+    """PaperSourced claims, Supported by construction: per paper, a seeded draw of body paragraphs (never
+    abstract, introduction, related work, conclusion, references, checklists or, unless configured, appendices);
+    the `extractor` writes one claim each paragraph fully supports, then rephrases it in other words. Both are
+    kept, the rephrasing as `claim_text` (the query), with the gold chunk id(s) holding the paragraph, its section
+    path and the seed. Papers without chunks or body paragraphs, and unusable answers, are in
+    `paper_claims_dropped` with the reason."""
+    venue = venue_registry.venue(context.partition_key)
+    blocks_by_paper = _paper_blocks(parsed_manuscripts)
+    chunks_by_paper: dict[str, list[tuple[str, str]]] = defaultdict(list)
+    for paper_id, chunk_id, text in chunks.sort("order").select("paper_id", "chunk_id", "text").iter_rows():
+        chunks_by_paper[paper_id].append((chunk_id, text))
+    gaps: list[dict] = []
+    drawn: list[tuple[str, int, Block, list[str]]] = []  # paper, draw order, paragraph, gold chunk ids
+    for paper_id in paper_sample["forum_id"]:
+        if not chunks_by_paper.get(paper_id):
+            gaps.append({"venue": venue.key, "paper_id": paper_id, "reason": NO_CHUNKS,
+                         "detail": "no usable manuscript (see manuscript_pdfs / parse_errors)"})
+            continue
+        candidates = body_paragraphs(blocks_by_paper.get(paper_id, []), config.include_appendix)
+        if not candidates:
+            gaps.append({"venue": venue.key, "paper_id": paper_id, "reason": NO_BODY_PARAGRAPHS,
+                         "detail": "every paragraph is in an excluded section or too short"})
+        for draw_order, block in enumerate(draw_paragraphs(paper_id, candidates, config.paragraphs_per_paper,
+                                                           venue.seed)):
+            gold = gold_chunk_ids(block.text, chunks_by_paper[paper_id])
+            if not gold:
+                gaps.append({"venue": venue.key, "paper_id": paper_id, "paragraph_order": block.order,
+                             "reason": GOLD_NOT_FOUND, "detail": block.text[:200]})
+                continue
+            drawn.append((paper_id, draw_order, block, gold))
+    with venue_gateway(context, llm, lake, venue_registry) as gateway:
+        gateway.preflight(["extractor"])
+        written = gateway.map("extractor", PAPER_CLAIM_PROMPT,
+                              [{"section": " > ".join(block.section_path), "paragraph": block.text}
+                               for _, _, block, _ in drawn],
+                              role="extractor", progress=_progress(context, "paragraphs"))
+        originals = [_single_claim(result) for result in written]
+        problems = [written_claim_problem(original, block.text) if original
+                    else (CLAIM_UNUSABLE, first.error or "no claim in the answer")
+                    for original, first, (_, _, block, _) in zip(originals, written, drawn)]
+        to_rephrase = [original for original, problem in zip(originals, problems) if problem is None]
+        rephrased = iter(gateway.map("extractor", REPHRASE_PROMPT, [{"claim": text} for text in to_rephrase],
+                                     role="extractor", progress=_progress(context, "rephrasings")))
+        usage = _usage_metadata(gateway)
+    rows, seen = [], set()
+    for (paper_id, draw_order, block, gold), first, original, problem in zip(drawn, written, originals, problems):
+        where = {"venue": venue.key, "paper_id": paper_id, "paragraph_order": block.order}
+        if problem:
+            gaps.append({**where, "reason": problem[0], "detail": problem[1], "call_id": first.call_id or None})
+            continue
+        second = next(rephrased)
+        claim = _single_claim(second)
+        if problem := rephrasing_problem(original, claim):
+            gaps.append({**where, "reason": problem[0], "detail": problem[1], "call_id": second.call_id or None})
+            continue
+        identity = paper_claim_id(paper_id, claim)
+        if identity in seen:  # two paragraphs gave the same claim: one gold set would be wrong for it
+            gaps.append({**where, "reason": DUPLICATE_CLAIM, "detail": claim, "call_id": second.call_id})
+            continue
+        seen.add(identity)
+        rows.append({**where, "claim_id": identity, "claim_text": claim,
+                     "original_claim": original, "label": "Supported", "paragraph": block.text,
+                     "section": block.section_path[-1] if block.section_path else "",
+                     "section_path": list(block.section_path), "gold_chunk_ids": gold, "seed": venue.seed,
+                     "draw_order": draw_order, "extractor_model": first.model, "claim_call_id": first.call_id,
+                     "rephrase_call_id": second.call_id})
+    frame = pl.DataFrame(rows, schema=PAPER_CLAIM_SCHEMA)
+    gap_frame = pl.DataFrame(gaps, schema=PAPER_CLAIM_GAP_SCHEMA)
+    yield dg.Output(frame, output_name="paper_claims", metadata={
+        **usage, "paragraphs_drawn": len(drawn), "claims": frame.height, "seed": venue.seed,
+        "paragraphs_per_paper": config.paragraphs_per_paper, "include_appendix": config.include_appendix,
+    })
+    yield dg.Output(gap_frame, output_name="paper_claims_dropped", metadata={
+        "dropped_by_reason": dg.MetadataValue.json(dict(gap_frame.group_by("reason").len().iter_rows())),
+    })
+    known = set(chunks["chunk_id"])
+    missing = sorted({c for ids in frame["gold_chunk_ids"] for c in ids} - known)
+    yield dg.AssetCheckResult(check_name="gold_chunks_exist", passed=not missing, severity=dg.AssetCheckSeverity.ERROR,
+                              metadata={"failing_ids": dg.MetadataValue.json(missing[:200])})

@@ -1,0 +1,64 @@
+"""Recorded LLM calls shipped with a venue: a ledger segment a build installs so its calls are answered from it.
+
+A venue may name a recording (`llm_recording:` in the venue registry): a Parquet file with the `llm_calls`
+ledger's columns, holding the successful calls a live build of that venue made. Installing it copies it into
+the lake's ledger folder as a compacted segment (`part-recording-<sha256>.parquet`), once; from then on the
+gateway answers every call whose call id it holds from the ledger, exactly as it answers a repeated call, and
+makes the others live. A call id covers the model, the prompt file's hash, the rendered messages and the
+decoding parameters, so a recording never answers a call that differs in any of these: an edited prompt or
+changed input makes the affected calls live again (`scripts/record_sample_llm_calls.py` regenerates it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from peerify_dagster.resources.files import atomic_path
+from peerify_dagster.resources.llm_gateway.ledger import LEDGER_SCHEMA, PART_SEGMENT_PREFIX, CallLedger
+
+RECORDING_PREFIX = f"{PART_SEGMENT_PREFIX}recording-"
+
+
+class RecordingError(ValueError):
+    """A recording file that cannot be installed; the message names the file and the reason."""
+
+
+def install_recording(lake_root: Path, recording: Path) -> Path | None:
+    """Copy `recording` into the lake's ledger as a segment named by its content hash; None when it is there
+    already. Raises RecordingError when the file is missing or is not a ledger segment."""
+    try:
+        data = recording.read_bytes()
+    except OSError as error:
+        raise RecordingError(f"LLM recording {recording}: cannot be read ({error})") from None
+    target = Path(lake_root) / "llm_calls" / f"{RECORDING_PREFIX}{hashlib.sha256(data).hexdigest()[:16]}.parquet"
+    if target.exists():
+        return None
+    try:
+        schema = pq.read_schema(recording)
+    except (OSError, pa.ArrowException) as error:
+        raise RecordingError(f"LLM recording {recording}: not a Parquet file ({error})") from None
+    if not schema.equals(LEDGER_SCHEMA, check_metadata=False):
+        raise RecordingError(f"LLM recording {recording}: its columns are not the llm_calls ledger's")
+    with atomic_path(target) as temporary:
+        shutil.copyfile(recording, temporary)
+    return target
+
+
+def write_recording(lake_root: Path, destination: Path) -> int:
+    """Write every successful call of the lake's ledger (latest answer per call id, sorted by call id) to
+    `destination`; returns the number of calls."""
+    ledger = CallLedger(Path(lake_root))
+    rows = sorted((ledger.lookup(call_id) for call_id in ledger.successful_call_ids()), key=lambda r: r["call_id"])
+    requests = {}
+    for segment in ledger.segments():  # the index leaves the rendered request out; it is part of the record
+        table = pq.read_table(segment, columns=["call_id", "request"])
+        requests.update(zip(table["call_id"].to_pylist(), table["request"].to_pylist()))
+    table = pa.Table.from_pylist([{**row, "request": requests[row["call_id"]]} for row in rows], schema=LEDGER_SCHEMA)
+    with atomic_path(destination) as temporary:
+        pq.write_table(table, temporary, compression="zstd")
+    return table.num_rows

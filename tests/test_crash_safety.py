@@ -1,0 +1,141 @@
+"""A real crash of a real build: `peerify build sample` (the local SmolLM2 models, as `make demo` runs them) is killed
+with SIGKILL in the middle of its LLM calls, then two rebuilds start at once on the same lake and Dagster home while
+another process holds the catalog open for writing. Nothing paid for is paid twice, nothing is left running, and the
+Dagster home is left clean.
+
+One scenario for the whole module; each test checks one promise of it. The venue is the sample drawn down to one
+paper (`sample_size: 1`), which keeps every LLM stage but makes about a fifth of the full sample's calls.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+import dagster as dg
+import polars as pl
+import pytest
+
+from peerify_dagster.resources.lake import Lake
+from peerify_dagster.resources.runs import PID_TAG
+from peerify_dagster.testing.cli import (
+    CliResult,
+    KilledBuild,
+    cli_env,
+    finish,
+    fresh_home,
+    hold_catalog,
+    kill_during_llm_calls,
+    ledger_rows,
+    peerify,
+    sample_registry,
+    start_peerify,
+)
+
+
+@dataclass
+class Scenario:
+    lake: Lake
+    home: Path
+    env: dict[str, str]
+    killed: KilledBuild
+    rebuilds: list[CliResult]
+    ledger: list[dict]
+    runs: list[dg.DagsterRun]
+    claimed_llm_slots: list
+
+
+@pytest.fixture(scope="module")
+def scenario(tmp_path_factory) -> Scenario:
+    tmp = tmp_path_factory.mktemp("crash")
+    home = fresh_home(tmp / "home")
+    lake = Lake(tmp / "lake")
+    env = cli_env(lake.root, sample_registry(tmp, sample_size=1), home)
+    killed = kill_during_llm_calls("sample", env, tmp / "killed", after_new_calls=5)
+
+    # A notebook with the catalog open for writing, all through the rebuilds.
+    holder = hold_catalog(lake.catalog_path, read_only=False, seconds=7200)
+    try:
+        started = [(start_peerify("build", "sample", env=env, logs=tmp / f"rebuild{i}"), tmp / f"rebuild{i}")
+                   for i in range(2)]
+        rebuilds = [finish(process, logs, timeout=1800) for process, logs in started]
+    finally:
+        holder.kill()
+        holder.wait()
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        runs = instance.get_runs()
+        claimed = instance.event_log_storage.get_concurrency_info("llm").claimed_slots
+    return Scenario(lake, home, env, killed, rebuilds, ledger_rows(lake.root), runs, claimed)
+
+
+def summary_rows(stdout: str, table: str) -> str:
+    """The row count the build's closing summary prints for `table`."""
+    [count] = [line.split()[-1] for line in stdout.splitlines() if line.split()[:1] == [table]]
+    return count
+
+
+def killed_run(scenario: Scenario) -> dg.DagsterRun:
+    [run] = [run for run in scenario.runs if run.tags.get(PID_TAG) == str(scenario.killed.pid)]
+    return run
+
+
+def successes(scenario: Scenario) -> list[dict]:
+    return [row for row in scenario.ledger if row["error"] is None]
+
+
+def test_the_kill_landed_in_the_middle_of_the_llm_calls(scenario):
+    made = {row["call_id"] for row in successes(scenario)}
+    assert len(scenario.killed.recorded_before_kill) >= 5
+    assert scenario.killed.recorded_before_kill < made  # some calls were still to be made
+
+
+def test_nothing_of_the_killed_build_keeps_running(scenario):
+    killed = scenario.killed
+    assert killed.listening_ports  # the local model server was serving when the build was killed ...
+    assert killed.open_ports() == []  # ... and died with it
+    assert killed.surviving_children() == []  # Dagster's compute-log mirrors included
+
+
+def test_two_rebuilds_at_once_both_succeed_while_the_catalog_is_held(scenario):
+    assert [r.returncode for r in scenario.rebuilds] == [0, 0], [r.stderr[-3000:] for r in scenario.rebuilds]
+    waited = [r for r in scenario.rebuilds if "waiting for the build of sample (pid" in r.stderr]
+    assert len(waited) == 1  # one build of a venue at a time: the other took its turn
+    assert all("catalog not refreshed" in r.stderr for r in scenario.rebuilds)  # said, not failed
+    verified = scenario.lake.read_table("evidence_verifications", "sample").height
+    assert [summary_rows(r.stdout, "evidence_verifications") for r in scenario.rebuilds] == [str(verified)] * 2
+
+
+def test_calls_recorded_before_the_kill_are_not_made_again(scenario):
+    rows = successes(scenario)
+    repeated = {call_id: n for call_id, n in Counter(row["call_id"] for row in rows).items() if n > 1}
+    assert repeated == {}
+    run_of = {row["call_id"]: row["run_id"] for row in rows}
+    before = scenario.killed.recorded_before_kill
+    assert {run_of[call_id] for call_id in before} == {killed_run(scenario).run_id}
+    # The rest were made by one rebuild; the build that came second found every answer in the ledger.
+    rebuild_runs = {run_of[call_id] for call_id in set(run_of) - before}
+    assert len(rebuild_runs) == 1 and killed_run(scenario).run_id not in rebuild_runs
+
+
+def test_the_dead_run_is_failed_and_its_pool_slot_freed(scenario):
+    run = killed_run(scenario)
+    assert run.status == dg.DagsterRunStatus.FAILURE
+    recovered = [r for r in scenario.rebuilds if f"run {run.run_id} (sample): pid {scenario.killed.pid} is gone" in
+                 r.stderr]
+    assert len(recovered) == 1  # the first rebuild to open the home recovered it
+    assert [r.status for r in scenario.runs if r.run_id != run.run_id] == [dg.DagsterRunStatus.SUCCESS] * 2
+    assert scenario.claimed_llm_slots == []
+
+
+def test_every_claim_is_verified_once_and_the_catalog_reads_again(scenario):
+    claims = scenario.lake.read_table("retrieval_queries", "sample")
+    rows = scenario.lake.read_table("evidence_verifications", "sample")
+    assert sorted(rows["claim_id"]) == sorted(claims["claim_id"])  # one verifier: one row per claim
+    verified = rows.filter(pl.col("status") == "ok")
+    made = {row["call_id"] for row in successes(scenario)}
+    assert verified.height > 0 and set(verified["call_id"]) <= made
+    counts = peerify("sql", "select count(*) as n, count(distinct call_id) as ids from llm_calls where error is null",
+                     env=scenario.env)
+    assert counts.returncode == 0, counts.stderr
+    assert counts.stdout.split()[-2:] == [str(len(made))] * 2

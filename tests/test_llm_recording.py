@@ -1,0 +1,74 @@
+"""The sample venue's recorded LLM calls (what keeps `make demo` within minutes): installing a recording, and a
+build of the whole sample graph in cache mode `replay-only` that must find every call it makes in the shipped
+recording. When a prompt, a model setting or an input of an LLM call changes, that build fails here: regenerate
+the recording with `.venv/bin/python scripts/record_sample_llm_calls.py`."""
+
+from __future__ import annotations
+
+import dagster as dg
+import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from peerify_dagster.resources.lake import Lake
+from peerify_dagster.resources.llm_gateway import CallLedger
+from peerify_dagster.resources.llm_recording import RecordingError, install_recording
+from tests.support import SAMPLE_DIR, materialise, materialization_metadata, sample_registry
+
+RECORDING = SAMPLE_DIR / "llm_recording.parquet"
+LLM_ASSETS = ("review_claims", "claim_types", "paper_claims", "evidence_verifications")
+REGENERATE = "the shipped recording lacks calls this build makes: run scripts/record_sample_llm_calls.py"
+
+
+def test_install_copies_the_recording_once_and_its_calls_answer(tmp_path):
+    segment = install_recording(tmp_path / "lake", RECORDING)
+    assert segment is not None and segment.read_bytes() == RECORDING.read_bytes()
+    assert install_recording(tmp_path / "lake", RECORDING) is None  # already there: nothing written
+    recorded = pq.read_table(RECORDING, columns=["call_id"])["call_id"].to_pylist()
+    ledger = CallLedger(tmp_path / "lake")
+    assert recorded and all(ledger.lookup(call_id) is not None for call_id in recorded)
+
+
+def test_a_file_that_is_not_a_ledger_recording_is_refused(tmp_path):
+    other = tmp_path / "other.parquet"
+    pq.write_table(pa.table({"call_id": ["x"]}), other)
+    with pytest.raises(RecordingError, match="other.parquet: its columns are not the llm_calls ledger's"):
+        install_recording(tmp_path / "lake", other)
+    with pytest.raises(RecordingError, match="missing.parquet: cannot be read"):
+        install_recording(tmp_path / "lake", tmp_path / "missing.parquet")
+    assert not (tmp_path / "lake" / "llm_calls").exists() or not list((tmp_path / "lake" / "llm_calls").iterdir())
+
+
+@pytest.fixture(scope="module")
+def replayed(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("replay")
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("PEERIFY_LLM_CACHE_MODE", "replay-only")  # a call missing from the recording fails the build
+        result = materialise("sample", sample_registry(tmp, llm_recording=str(RECORDING)), tmp / "lake",
+                             dg.DagsterInstance.ephemeral())
+    return result, Lake(tmp / "lake")
+
+
+def test_the_shipped_recording_answers_every_llm_call_of_a_sample_build(replayed):
+    result, lake = replayed
+    failures = [(error.cause or error).message.strip() for e in result.all_events if e.is_step_failure
+                for error in [e.event_specific_data.error]]
+    assert result.success, f"{REGENERATE}; {failures}"
+    for asset in LLM_ASSETS:
+        assert materialization_metadata(result, asset, "calls_made") == [0], asset
+    assert not list((lake.root / "llm_calls").glob("call-*.parquet"))  # nothing new was written to the ledger
+
+
+def test_the_replayed_sample_has_claims_for_every_review_and_paper_sourced_queries(replayed):
+    _, lake = replayed
+    reviews = set(lake.read_table("reviews", "sample")["review_id"])
+    claims = lake.read_table("review_claims", "sample")
+    drops = lake.read_table("claims_dropped", "sample")
+    reasons = set(drops.filter((pl.col("level") == "source") & (pl.col("source") == "review"))["source_id"])
+    assert claims.height > 0 and reviews == set(claims.filter(pl.col("source") == "review")["review_id"]) | reasons
+    queries = lake.read_table("retrieval_queries", "sample")
+    paper_sourced = queries.filter(pl.col("source") == "paper_sourced")
+    assert paper_sourced.height == lake.read_table("paper_claims", "sample").height > 0
+    verified = lake.read_table("evidence_verifications", "sample")
+    assert set(verified["claim_id"]) == set(queries["claim_id"])
