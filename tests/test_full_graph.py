@@ -16,12 +16,21 @@ from tests.fixtures_pdf import encrypted_paper, image_only_paper, zero_page_pdf
 from tests.support import SAMPLE, materialise, materialization_metadata, sample_registry
 
 WITHOUT_LLM = dg.AssetSelection.all() - dg.AssetSelection.groups("verification", "reports")
+SHIPPED_RECORDING = SAMPLE.parent / "llm_recording.parquet"
+
+
+def claim_stage_recording(folder: Path) -> Path:
+    """The sample's shipped recording without its verifier calls: the claim stage replays (as `make demo` does),
+    while the verifier below really runs the local model."""
+    path = folder / "claim_stage_recording.parquet"
+    pl.read_parquet(SHIPPED_RECORDING).filter(pl.col("prompt_id") != "verify").write_parquet(path)
+    return path
 
 
 @pytest.fixture(scope="module")
 def sample_graph(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("graph")
-    registry = sample_registry(tmp)
+    registry = sample_registry(tmp, llm_recording=str(claim_stage_recording(tmp)))
     instance = dg.DagsterInstance.ephemeral()
     first = materialise("sample", registry, tmp / "lake", instance)
     tables = {t: Lake(tmp / "lake").read_table(t, "sample")
@@ -125,7 +134,8 @@ def test_unparseable_pdfs_are_recorded_and_the_rest_completes(tmp_path):
     without_pdf = sorted(p.stem for p in (snapshot / "forums").glob("*.json") if p.stem not in papers)[0]
     (snapshot / "manuscripts").mkdir()
     shutil.copy(SAMPLE.parent / "manuscripts" / f"{without_pdf}.md", snapshot / "manuscripts" / f"{without_pdf}.md")
-    result = materialise("sample", sample_registry(tmp_path, snapshot), tmp_path / "lake",
+    registry = sample_registry(tmp_path, snapshot, llm_recording=str(claim_stage_recording(tmp_path)))
+    result = materialise("sample", registry, tmp_path / "lake",
                          dg.DagsterInstance.ephemeral(), WITHOUT_LLM)
     assert result.success
     lake = Lake(tmp_path / "lake")
@@ -155,7 +165,8 @@ def test_local_model_verifies_every_claim_with_evidence(sample_graph):
     # json_schema constrained decoding: the answers parse, so an all-unparsed run is a failure, not a vacuous pass.
     assert parsed.height >= 1 and parsed["label"].is_in(list(LABELS)).all()
     assert rows.filter(~pl.col("parse_ok"))["label"].null_count() == rows.filter(~pl.col("parse_ok")).height
-    _, ledger = lake.query("select count(distinct call_id), min(model), max(model) from llm_calls where error is null")
+    _, ledger = lake.query("select count(distinct call_id), min(model), max(model) from llm_calls "
+                           "where error is null and role = 'verifiers'")
     assert ledger[0] == (rows.height, "smollm2-135m", "smollm2-135m")
     usage = lake.read_table("llm_usage", "sample").row(0, named=True)
     assert usage["calls"] == rows.height and usage["tokens_in"] > 0 and usage["cost_usd"] == 0.0
