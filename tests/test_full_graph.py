@@ -8,6 +8,8 @@ from pathlib import Path
 
 import dagster as dg
 import polars as pl
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import pytest
 
 from peerify_dagster.domain.labels import LABELS
@@ -23,7 +25,8 @@ def claim_stage_recording(folder: Path) -> Path:
     """The sample's shipped recording without its verifier calls: the claim stage replays (as `make demo` does),
     while the verifier below really runs the local model."""
     path = folder / "claim_stage_recording.parquet"
-    pl.read_parquet(SHIPPED_RECORDING).filter(pl.col("prompt_id") != "verify").write_parquet(path)
+    recorded = pq.read_table(SHIPPED_RECORDING)  # pyarrow keeps the ledger's exact schema, which installing checks
+    pq.write_table(recorded.filter(pc.field("prompt_id") != "verify"), path)
     return path
 
 
