@@ -4,9 +4,10 @@ fault | what happened now | verdict (recovered / named / refused, or open).
 
     .venv/bin/python benchmarks/fault_table.py [--prebuilt LAKE] [--keep]
 
-It first builds the sample once, as `make demo` does (`--prebuilt` reuses a lake built by `make demo` with the same
-code). Faults that need a built lake start from a copy of it; where a fault needs LLM calls still to be made, the
-copy's ledger keeps only the clean build's first calls, so the build makes the last few.
+It first builds the sample once from an empty lake, making its LLM calls live (the sample is registered without its
+shipped LLM recording; `--prebuilt` reuses a complete lake built with the same code, e.g. by `make demo`). Faults
+that need a built lake start from a copy of it; where a fault needs LLM calls still to be made, the copy's ledger
+keeps only the clean build's first calls, so the build makes the last few.
 """
 
 from __future__ import annotations
