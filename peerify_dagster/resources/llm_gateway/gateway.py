@@ -53,7 +53,7 @@ from peerify_dagster.resources.llm_gateway.errors import (
 )
 from peerify_dagster.resources.llm_gateway.ledger import CallLedger, QuarantinedSegment
 from peerify_dagster.resources.llm_gateway.limits import Budget, RateLimiter
-from peerify_dagster.resources.llm_gateway.registry import DECODING_KEYS, ModelRegistry, ModelSpec
+from peerify_dagster.resources.llm_gateway.registry import DECODING_KEYS, ModelRegistry, ModelSpec, chosen_setting
 from peerify_dagster.resources.llm_gateway.results import CallResult, UsageCounters
 from peerify_dagster.resources.local_llm import LocalLlamaServer, local_server_available
 
@@ -442,13 +442,10 @@ class LLMGateway:
 
 
 def _cache_mode(argument: str | None, env: Mapping[str, str]) -> str:
-    if argument:
-        mode, source = argument, f"cache_mode {argument!r} (LLMGateway argument)"
-    elif env.get("PEERIFY_LLM_CACHE_MODE"):
-        mode = env["PEERIFY_LLM_CACHE_MODE"]
-        source = f"environment variable PEERIFY_LLM_CACHE_MODE={mode!r}"
-    else:
+    picked = chosen_setting(argument, env, "PEERIFY_LLM_CACHE_MODE", "cache_mode")
+    if picked is None:
         return "use"
+    mode, source = picked
     if mode not in CACHE_MODES:
         raise ConfigurationError(f"{source} is not a cache mode; use one of: {', '.join(CACHE_MODES)}")
     return mode

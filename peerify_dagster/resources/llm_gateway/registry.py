@@ -195,14 +195,23 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     return raw
 
 
+def chosen_setting(argument: str | None, env: Mapping[str, str], env_var: str, label: str) -> tuple[str, str] | None:
+    """A gateway setting given as an LLMGateway argument, else by `env_var`, with where it came from (for error
+    messages); None when neither gives it."""
+    if argument:
+        return argument, f"{label} {argument!r} (LLMGateway argument)"
+    if env.get(env_var):
+        return env[env_var], f"environment variable {env_var}={env[env_var]!r}"
+    return None
+
+
 def _choose_profile(
     path: Path, profiles: Mapping[str, Any], default: str | None, argument: str | None, env: Mapping[str, str]
 ) -> str:
-    if argument:
-        chosen, problem = argument, f"profile {argument!r} (LLMGateway argument) names no profile of {path}"
-    elif env.get("PEERIFY_LLM_PROFILE"):
-        chosen = env["PEERIFY_LLM_PROFILE"]
-        problem = f"environment variable PEERIFY_LLM_PROFILE={chosen!r} names no profile of {path}"
+    picked = chosen_setting(argument, env, "PEERIFY_LLM_PROFILE", "profile")
+    if picked is not None:
+        chosen, source = picked
+        problem = f"{source} names no profile of {path}"
     else:
         chosen = default or "offline"
         problem = f"{path}: default_profile {chosen!r} is not one of its profiles"
