@@ -4,6 +4,7 @@ the LLM gateway (every call recorded in the `llm_calls` ledger), and the LLM usa
 import dagster as dg
 import polars as pl
 
+from peerify_dagster.domain import label_metrics
 from peerify_dagster.domain.prompts import format_passages, prompts_code_version
 from peerify_dagster.domain.verification import STATUS_NO_EVIDENCE, STATUS_NO_MANUSCRIPT, STATUS_OK, plan_verifications
 from peerify_dagster.partitions import venue_partitions
@@ -76,7 +77,9 @@ def evidence_verifications(context: dg.AssetExecutionContext, config: Verificati
     for record in gateway.quarantined:
         context.log.warning(record.describe())
     frame = pl.DataFrame(rows, schema=VERIFICATION_SCHEMA)
-    judged = frame.filter((pl.col("status") == STATUS_OK) & pl.col("gold_label").is_not_null())
+    # Every claim with an answer-key label is scored; no answer (unparsed, no manuscript, no evidence) is an error.
+    keyed = frame.filter(pl.col("gold_label").is_not_null())
+    gold, predicted = keyed["gold_label"].to_list(), keyed["label"].to_list()
     context.add_output_metadata({
         "claims_without_manuscript": sum(p.status == STATUS_NO_MANUSCRIPT for p in planned),
         "claims_without_evidence": sum(p.status == STATUS_NO_EVIDENCE for p in planned),
@@ -88,8 +91,9 @@ def evidence_verifications(context: dg.AssetExecutionContext, config: Verificati
         "ledger_segments_quarantined": dg.MetadataValue.json([
             {"segment": str(r.segment), "moved_to": str(r.moved_to) if r.moved_to else None, "reason": r.reason,
              "call_ids": list(r.call_ids)} for r in gateway.quarantined]),
-        "agreement_with_answer_key": float((judged["label"] == judged["gold_label"]).mean() or 0.0)
-        if judged.height else 0.0,
+        "answer_key_claims": len(gold),
+        "accuracy_vs_answer_key": label_metrics.accuracy(gold, predicted),
+        "macro_f1_vs_answer_key": label_metrics.macro_f1(gold, predicted),
     })
     return frame
 

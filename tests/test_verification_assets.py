@@ -80,6 +80,11 @@ def test_every_claim_with_evidence_is_verified_and_recorded(verified):
     assert parsed.height >= 1 and parsed["label"].null_count() == 0  # an empty or all-null result fails here
     assert set(parsed["label"]) <= {"Supported", "Not Supported"} and "Supported" in set(parsed["label"])
     assert unparsed.height >= 1 and unparsed["label"].null_count() == unparsed.height
+    # The score against the answer key counts the unparsed answers as errors instead of leaving them out.
+    keyed = rows.filter(pl.col("gold_label").is_not_null())
+    right = keyed.filter(pl.col("label") == pl.col("gold_label")).height
+    assert materialization_metadata(first, "evidence_verifications", "accuracy_vs_answer_key") == [
+        pytest.approx(right / keyed.height)]
     _, ledger = lake.query("select call_id, prompt_id, prompt_hash, model, error from llm_calls")
     by_id = {row[0]: row for row in ledger}
     assert set(rows["call_id"]) <= set(by_id)
