@@ -1,26 +1,28 @@
 """Stage 2, typed tables: submissions, reviews, author responses, reviewer follow-ups, chair and public comments,
 decisions, meta-reviews, status notes and review threads, built from the raw notes, with their data-quality checks."""
 
-import json
-from collections import defaultdict
+from contextlib import ExitStack
 
 import dagster as dg
 import polars as pl
+import pyarrow.parquet as pq
 
-from peerify_dagster.domain import quality
 from peerify_dagster.domain.forum_tables import (
-    LIST_FIELDS, NOTE_TABLES, REVIEW_FIELDS, SCORE_FIELDS, ForumNotes, build_tables, likely_cause_of_empty_tables,
+    LIST_FIELDS, NOTE_TABLES, REVIEW_FIELDS, SCORE_FIELDS, StreamedChecks, build_tables, forum_batches, forums_of,
 )
 from peerify_dagster.partitions import venue_partitions
+from peerify_dagster.resources.dagster_resources import LakeResource
 
 FORUM_TABLES_CODE_VERSION = "forum-tables-v2"
+RAW_COLUMNS = ["forum_id", "note_id", "note_json", "fetched_at"]
+RAW_ROWS_PER_READ = 2048  # rows of the raw table read at a time; forums are then regrouped whole
 
 _TEXT = pl.String
 _COMMENT_COLUMNS = {
     "venue": _TEXT, "paper_id": _TEXT, "comment_id": _TEXT, "replyto": _TEXT, "review_id": _TEXT, "thread_id": _TEXT,
     "title": _TEXT, "text": _TEXT, "signatures": pl.List(_TEXT), "cdate": pl.Int64, "mdate": pl.Int64,
 }
-_SCHEMAS: dict[str, dict[str, pl.DataType]] = {
+TABLE_SCHEMAS: dict[str, dict[str, pl.DataType]] = {
     "submissions": {
         "venue": _TEXT, "paper_id": _TEXT, "number": pl.Int64, "title": _TEXT, "abstract": _TEXT,
         "keywords": pl.List(_TEXT), "primary_area": _TEXT, "tldr": _TEXT, "venue_label": _TEXT, "venueid": _TEXT,
@@ -128,22 +130,8 @@ def _check(table: str, name: str, failing: list[str], severity=dg.AssetCheckSeve
     )
 
 
-def forums_from_raw(raw: pl.DataFrame) -> list[ForumNotes]:
-    grouped: dict[str, list] = defaultdict(list)
-    fetched: dict[str, int | None] = {}
-    for forum_id, note_json, fetched_at in raw.select("forum_id", "note_json", "fetched_at").iter_rows():
-        grouped[forum_id].append(json.loads(note_json))
-        fetched[forum_id] = fetched_at
-    return [ForumNotes(forum_id=f, notes=notes, fetched_at=fetched[f]) for f, notes in grouped.items()]
-
-
-def placed_notes(frames: dict[str, pl.DataFrame]) -> pl.DataFrame:
-    """(forum_id, note_id, table) for every row of every table that holds notes."""
-    return pl.concat([
-        frames[table].select(pl.col("forum_id" if table == "note_errors" else "paper_id").alias("forum_id"),
-                             pl.col(column).alias("note_id"), pl.lit(table).alias("table"))
-        for table, column in NOTE_TABLES.items()
-    ])
+class ForumTablesConfig(dg.Config):
+    forums_per_batch: int = 100  # forums built and written (one row group per table) at a time: bounds memory
 
 
 @dg.multi_asset(
@@ -151,46 +139,62 @@ def placed_notes(frames: dict[str, pl.DataFrame]) -> pl.DataFrame:
     group_name="forum_tables",
     outs={
         table: dg.AssetOut(kinds={"python", "parquet"}, code_version=FORUM_TABLES_CODE_VERSION, description=_DESCRIPTIONS[table])
-        for table in _SCHEMAS
+        for table in TABLE_SCHEMAS
     },
     check_specs=_check_specs(),
 )
-def forum_tables(context: dg.AssetExecutionContext, raw_openreview_notes: pl.DataFrame):
+def forum_tables(context: dg.AssetExecutionContext, config: ForumTablesConfig, lake: LakeResource,
+                 raw_openreview_notes: pq.ParquetFile):
     """Classify every landed note by its invitations and signatures and thread the replies; API v1 notes are read
-    into the same tables. A venue whose raw notes give no submission at all fails, naming the likely cause."""
+    into the same tables. Forums are built `forums_per_batch` at a time and each table is streamed to the lake, so a
+    whole venue is never in memory. A venue whose raw notes give no submission at all fails, naming the likely
+    cause."""
     raw = raw_openreview_notes
-    if "api_version" not in raw.columns:
+    if "api_version" not in raw.schema_arrow.names:
         raise dg.Failure(f"raw_openreview_notes of {context.partition_key} was built before notes carried their API "
                          "version; materialise raw_openreview_notes again, then these tables")
-    api_version = int(raw["api_version"][0]) if raw.height else 2
-    built = build_tables(context.partition_key, forums_from_raw(raw), api_version)
-    frames = {t: pl.DataFrame(built.rows[t], schema=schema) for t, schema in _SCHEMAS.items()}
-    for table, frame in frames.items():
-        yield dg.Output(frame, output_name=table)
-    for row in built.rows["note_errors"]:
-        context.log.warning(f"{row['reason']}: {row['message']}")
+    api_version = raw.read_row_group(0, columns=["api_version"])["api_version"][0].as_py() \
+        if raw.metadata.num_rows else 2
+    checks = StreamedChecks(_ID_COLUMNS, _TEXT_COLUMNS)
+    slices = (pl.from_arrow(b) for b in raw.iter_batches(batch_size=RAW_ROWS_PER_READ, columns=RAW_COLUMNS))
+    with ExitStack() as stack:
+        writers = {t: stack.enter_context(lake.lake().stream_table(t, context.partition_key, schema))
+                   for t, schema in TABLE_SCHEMAS.items()}
+        for batch in forum_batches(slices, config.forums_per_batch):
+            built = build_tables(context.partition_key, forums_of(batch), api_version)
+            frames = {t: pl.DataFrame(built.rows[t], schema=schema) for t, schema in TABLE_SCHEMAS.items()}
+            for table, frame in frames.items():
+                writers[table].write(frame)
+            checks.add(batch.select("forum_id", "note_id"), frames, built.superseded_versions)
+            for row in built.rows["note_errors"]:
+                context.log.warning(f"{row['reason']}: {row['message']}")
+        streamed = {table: writer.finish() for table, writer in writers.items()}
+    try:
+        for table, table_file in streamed.items():
+            yield dg.Output(table_file, output_name=table)
+    finally:  # a table not handed over (the step failed on the way) leaves no temporary behind
+        for table_file in streamed.values():
+            table_file.temporary.unlink(missing_ok=True)
 
-    submissions = frames["submissions"]
-    for table, column in _ID_COLUMNS.items():
-        yield _check(table, "unique_ids", quality.duplicate_ids(frames[table], column))
+    for table in _ID_COLUMNS:
+        yield _check(table, "unique_ids", checks.duplicate_ids(table))
         if table != "submissions":
-            yield _check(table, "belongs_to_submission", quality.orphan_ids(frames[table], column, submissions))
-    for table, column in _TEXT_COLUMNS.items():
-        yield _check(table, "non_empty_text", quality.empty_text_ids(frames[table], _ID_COLUMNS[table], column),
-                     dg.AssetCheckSeverity.WARN)
-    yield _check("submissions", "well_formed", quality.malformed_submission_ids(submissions), dg.AssetCheckSeverity.WARN)
-    yield _check("reviews", "well_formed", quality.malformed_review_ids(frames["reviews"], SCORE_FIELDS),
-                 dg.AssetCheckSeverity.WARN)
-    unaccounted = quality.unaccounted_notes(raw.select("forum_id", "note_id"), placed_notes(frames))
+            yield _check(table, "belongs_to_submission", checks.orphan_ids(table))
+    for table in _TEXT_COLUMNS:
+        yield _check(table, "non_empty_text", checks.empty_text_ids(table), dg.AssetCheckSeverity.WARN)
+    yield _check("submissions", "well_formed", checks.malformed_submission_ids(), dg.AssetCheckSeverity.WARN)
+    yield _check("reviews", "well_formed", checks.malformed_review_ids(), dg.AssetCheckSeverity.WARN)
+    unaccounted = checks.unaccounted_notes()
     yield _check("note_errors", "every_note_accounted_for", list(unaccounted),
                  unaccounted_note_ids=dg.MetadataValue.json(dict(list(unaccounted.items())[:50])),
-                 notes_received=raw.height, superseded_versions=built.superseded_versions)
-    cause = likely_cause_of_empty_tables(built.rows["note_errors"]) if raw.height and not submissions.height else None
-    yield _check("submissions", "raw_notes_typed", sorted(set(raw["forum_id"])) if cause else [],
-                 raw_notes=raw.height, api_version=api_version, **({"likely_cause": cause} if cause else {}))
+                 notes_received=checks.notes_received, superseded_versions=checks.superseded_versions)
+    cause = checks.likely_cause_of_empty_tables()
+    yield _check("submissions", "raw_notes_typed", sorted(checks.raw_forums) if cause else [],
+                 raw_notes=checks.notes_received, api_version=api_version, **({"likely_cause": cause} if cause else {}))
     if cause:
         raise dg.Failure(
-            description=f"venue {context.partition_key}: {raw.height} raw notes (read as API v{api_version}) gave no "
-                        f"submission or other typed row; likely cause: {cause}. See note_errors.",
+            description=f"venue {context.partition_key}: {checks.notes_received} raw notes (read as API "
+                        f"v{api_version}) gave no submission or other typed row; likely cause: {cause}. "
+                        "See note_errors.",
             metadata={"likely_cause": cause},
         )

@@ -25,6 +25,7 @@ PAPER_SAMPLE_SCHEMA = {
 
 class CrawlConfig(dg.Config):
     refetch: bool = False  # True re-fetches forums and PDFs already in the snapshot (a refresh)
+    forums_per_batch: int = 100  # forums whose raw notes are written at a time (one row group): bounds memory
 
 
 def crawler_for(context: dg.AssetExecutionContext, registry: VenueRegistryResource, lake: LakeResource,
@@ -187,47 +188,64 @@ def raw_openreview_notes(
     openreview: OpenReviewResource,
 ):
     """Land each chosen forum (live venues: crawled with the real client into the lake's snapshot folder,
-    resumable; snapshot venues: replayed), then read every landed note as received."""
+    resumable; snapshot venues: replayed), in forum id order, then read its landed notes as received. The notes are
+    streamed to the lake `forums_per_batch` forums at a time, so a whole venue is never in memory."""
     venue_key = context.partition_key
     crawler, reader, api_version = crawler_for(context, venue_registry, lake, openreview)
-    forum_ids = paper_sample["forum_id"].to_list()
+    forum_ids = sorted(paper_sample["forum_id"].to_list())
     outcomes: list[FetchOutcome] = []
     if not forum_ids:  # the venue-level row that puts an empty venue into `ingest_errors`
         outcomes.append(FetchOutcome(None, "submissions", "failed", "no_submissions",
                                      f"venue {venue_key}: {NO_SUBMISSIONS}"))
-    rows: list[dict] = []
-    for done, forum_id in enumerate(forum_ids, start=1):
-        if crawler:
-            outcome = crawler.land_forum(forum_id, refetch=config.refetch)
-        elif reader.has_forum(forum_id):
-            outcome = FetchOutcome(forum_id, "forum", "stored")
-        else:
-            outcome = FetchOutcome(forum_id, "forum", "failed", "not_in_snapshot",
-                                   f"forum {forum_id}: listed as a submission but absent from the snapshot")
-        outcomes.append(outcome)
-        if outcome.status in ("fetched", "stored"):
-            try:
-                forum = reader.forum(forum_id)
-            except MalformedSnapshotFile as exc:
-                outcomes[-1] = FetchOutcome(forum_id, "forum", "failed", "malformed_forum_file",
-                                            f"forum {forum_id}: {exc}")
-            except (OSError, ValueError) as exc:
-                outcomes[-1] = FetchOutcome(forum_id, "forum", "failed", "unreadable_snapshot",
-                                            f"forum {forum_id}: snapshot file unreadable ({exc})")
-            else:
-                superseded = superseded_positions(forum.notes)
-                rows.extend(_raw_row(venue_key, forum_id, note, forum.fetched_at, api_version, i in superseded)
-                            for i, note in enumerate(forum.notes))
-        if done % 25 == 0 or done == len(forum_ids):
-            context.log.info(f"{venue_key}: {done}/{len(forum_ids)} forums landed")
+    superseded_versions = 0
+    with lake.lake().stream_table("raw_openreview_notes", venue_key, RAW_NOTE_SCHEMA) as writer:
+        batch: list[dict] = []
+        for done, forum_id in enumerate(forum_ids, start=1):
+            outcome, rows = _land_and_read(venue_key, forum_id, crawler, reader, api_version, config.refetch)
+            outcomes.append(outcome)
+            batch += rows
+            superseded_versions += sum(row["superseded"] for row in rows)
+            if done % config.forums_per_batch == 0 or done == len(forum_ids):
+                writer.write(batch)
+                batch = []
+            if done % 25 == 0 or done == len(forum_ids):
+                context.log.info(f"{venue_key}: {done}/{len(forum_ids)} forums landed")
+        raw = writer.finish()
     failed = [o for o in outcomes if o.status == "failed"]
     for outcome in failed:
         item = f"forum {outcome.forum_id}" if outcome.forum_id else f"venue {venue_key}"
         context.log.warning(f"{item}: {outcome.reason}: {outcome.message}")
-    raw = pl.DataFrame(rows, schema=RAW_NOTE_SCHEMA)
-    yield dg.Output(raw, output_name="raw_openreview_notes",
-                    metadata={"forums_failed": len(failed), "api_version": api_version,
-                              "superseded_versions": int(raw["superseded"].sum())})
+    try:
+        yield dg.Output(raw, output_name="raw_openreview_notes",
+                        metadata={"forums_failed": len(failed), "api_version": api_version,
+                                  "superseded_versions": superseded_versions})
+    finally:  # not handed over (the step failed on the way): leave no temporary behind
+        raw.temporary.unlink(missing_ok=True)
     yield dg.Output(crawl_log_frame(venue_key, outcomes), output_name="forum_crawl_log",
                     metadata={"fetched": sum(o.status == "fetched" for o in outcomes),
                               "resumed": sum(o.status == "stored" for o in outcomes), "failed": len(failed)})
+
+
+def _land_and_read(venue_key: str, forum_id: str, crawler: OpenReviewCrawler | None, reader: SnapshotReader,
+                   api_version: int, refetch: bool) -> tuple[FetchOutcome, list[dict]]:
+    """Land one forum (crawl, or find it in the snapshot) and read its notes into raw rows; a forum that cannot be
+    landed or read gives a failed outcome naming why, and no rows."""
+    if crawler:
+        outcome = crawler.land_forum(forum_id, refetch=refetch)
+    elif reader.has_forum(forum_id):
+        outcome = FetchOutcome(forum_id, "forum", "stored")
+    else:
+        outcome = FetchOutcome(forum_id, "forum", "failed", "not_in_snapshot",
+                               f"forum {forum_id}: listed as a submission but absent from the snapshot")
+    if outcome.status not in ("fetched", "stored"):
+        return outcome, []
+    try:
+        forum = reader.forum(forum_id)
+    except MalformedSnapshotFile as exc:
+        return FetchOutcome(forum_id, "forum", "failed", "malformed_forum_file", f"forum {forum_id}: {exc}"), []
+    except (OSError, ValueError) as exc:
+        return FetchOutcome(forum_id, "forum", "failed", "unreadable_snapshot",
+                            f"forum {forum_id}: snapshot file unreadable ({exc})"), []
+    superseded = superseded_positions(forum.notes)
+    return outcome, [_raw_row(venue_key, forum_id, note, forum.fetched_at, api_version, i in superseded)
+                     for i, note in enumerate(forum.notes)]

@@ -1,10 +1,11 @@
 """Turn the notes of crawled forums into the typed ingestion tables.
 
 Input is one `ForumNotes` per paper (every note of the forum as received, older versions of a note
-included). Output rows are plain dicts per table. Every note of a forum ends up in exactly one place:
-one typed table, `note_errors` with a reason, or (an older version of a note) superseded by its latest
-version; `NOTE_TABLES` names the id column of each. A bad note never stops the rest of its forum or
-venue. Everything here is deterministic: same notes in, same rows out.
+included). Output rows are plain dicts per table. A venue is built a batch of forums at a time (`forum_batches`),
+and `StreamedChecks` keeps the tables' data-quality checks up to date batch by batch, so no step holds the venue.
+Every note of a forum ends up in exactly one place: one typed table, `note_errors` with a reason, or (an older
+version of a note) superseded by its latest version; `NOTE_TABLES` names the id column of each. A bad note never
+stops the rest of its forum or venue. Everything here is deterministic: same notes in, same rows out.
 """
 
 from __future__ import annotations
@@ -12,9 +13,12 @@ from __future__ import annotations
 import json
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
+
+import polars as pl
 
 from peerify_dagster.domain import notes as n
+from peerify_dagster.domain import quality
 
 # Review content fields kept as their own columns (ICLR 2024-2026 plus NeurIPS 2024's `limitations`).
 REVIEW_FIELDS: tuple[str, ...] = (
@@ -419,11 +423,118 @@ _EMPTY_VENUE_CAUSES = {
 }
 
 
-def likely_cause_of_empty_tables(note_errors: list[dict]) -> str:
+def likely_cause_of_empty_tables(note_errors: Iterable[dict]) -> str:
     """The most frequent note error's explanation, for a venue whose raw notes gave no typed rows."""
-    reasons = Counter(row["reason"] for row in note_errors)
+    return likely_cause_from_reasons(Counter(row["reason"] for row in note_errors))
+
+
+def likely_cause_from_reasons(reasons: Counter[str]) -> str:
+    """As `likely_cause_of_empty_tables`, from the count of note errors per reason."""
     if not reasons:
         return "no note was classified (no note errors either)"
     reason, count = reasons.most_common(1)[0]
     explanation = _EMPTY_VENUE_CAUSES.get(reason, reason)
     return f"{explanation} ({count} of {sum(reasons.values())} note errors are `{reason}`)"
+
+
+def forum_batches(frames: Iterable[pl.DataFrame], forums_per_batch: int) -> Iterator[pl.DataFrame]:
+    """Regroup raw-note rows read in arbitrary slices into batches of `forums_per_batch` whole forums (a forum's rows
+    are contiguous in the raw table; one that runs past a slice waits for the next). At most one batch plus one
+    slice is held."""
+    pending: pl.DataFrame | None = None
+    for frame in frames:
+        pending = frame if pending is None else pl.concat([pending, frame])
+        forums = pending["forum_id"].unique(maintain_order=True)
+        while len(forums) > forums_per_batch:  # a later forum has begun, so the first ones are complete
+            done = pending["forum_id"].is_in(forums[:forums_per_batch].implode())
+            yield pending.filter(done)
+            pending, forums = pending.filter(~done), forums[forums_per_batch:]
+    if pending is not None and pending.height:
+        yield pending
+
+
+def forums_of(raw: pl.DataFrame) -> list[ForumNotes]:
+    """The forums of raw-note rows (forum_id, note_json, fetched_at), notes parsed, in order."""
+    grouped: dict[str, list] = defaultdict(list)
+    fetched: dict[str, int | None] = {}
+    for forum_id, note_json, fetched_at in raw.select("forum_id", "note_json", "fetched_at").iter_rows():
+        grouped[forum_id].append(json.loads(note_json))
+        fetched[forum_id] = fetched_at
+    return [ForumNotes(forum_id=f, notes=notes, fetched_at=fetched[f]) for f, notes in grouped.items()]
+
+
+def placed_notes(frames: dict[str, pl.DataFrame]) -> pl.DataFrame:
+    """(forum_id, note_id, table) for every row of every table that holds notes."""
+    return pl.concat([
+        frames[table].select(pl.col("forum_id" if table == "note_errors" else "paper_id").alias("forum_id"),
+                             pl.col(column).alias("note_id"), pl.lit(table).alias("table"))
+        for table, column in NOTE_TABLES.items()
+    ])
+
+
+class StreamedChecks:
+    """The typed tables' data-quality checks over a whole venue, fed one batch of whole forums at a time. It keeps
+    ids (rows, submissions, forums) and failing ids, never rows or note JSON. Every list comes out sorted, as the
+    checks over whole tables (`quality`) give them."""
+
+    def __init__(self, id_columns: dict[str, str], text_columns: dict[str, str]):
+        self.id_columns, self.text_columns = id_columns, text_columns
+        self.seen: dict[str, set[str]] = {table: set() for table in id_columns}
+        self.duplicates: dict[str, set[str]] = {table: set() for table in id_columns}
+        self.orphan_candidates: dict[str, list[tuple[str, str]]] = {table: [] for table in id_columns}
+        self.submission_ids: set[str] = set()
+        self.raw_forums: set[str] = set()
+        self.empty_text: dict[str, list[str]] = {table: [] for table in text_columns}
+        self.malformed_submissions: list[str] = []
+        self.malformed_reviews: list[str] = []
+        self.unaccounted: dict[str, list[str]] = {}
+        self.error_reasons: Counter[str] = Counter()
+        self.notes_received = 0
+        self.superseded_versions = 0
+
+    def add(self, raw_ids: pl.DataFrame, frames: dict[str, pl.DataFrame], superseded_versions: int) -> None:
+        """One batch: the raw (forum_id, note_id) of its forums and the typed tables built from them."""
+        self.notes_received += raw_ids.height
+        self.superseded_versions += superseded_versions
+        self.raw_forums.update(raw_ids["forum_id"].to_list())
+        self.submission_ids.update(frames["submissions"]["paper_id"].to_list())
+        for table, column in self.id_columns.items():
+            for row_id, paper_id in zip(frames[table][column], frames[table]["paper_id"]):
+                key = str(row_id)
+                if key in self.seen[table]:
+                    self.duplicates[table].add(key)
+                else:
+                    self.seen[table].add(key)
+                if paper_id not in self.submission_ids:  # its forum's submission may still come (in theory)
+                    self.orphan_candidates[table].append((key, paper_id))
+        for table, column in self.text_columns.items():
+            self.empty_text[table] += quality.empty_text_ids(frames[table], self.id_columns[table], column)
+        self.malformed_submissions += quality.malformed_submission_ids(frames["submissions"])
+        self.malformed_reviews += quality.malformed_review_ids(frames["reviews"], SCORE_FIELDS)
+        self.unaccounted.update(quality.unaccounted_notes(raw_ids, placed_notes(frames)))
+        self.error_reasons.update(frames["note_errors"]["reason"].to_list())
+
+    def duplicate_ids(self, table: str) -> list[str]:
+        return sorted(self.duplicates[table])
+
+    def orphan_ids(self, table: str) -> list[str]:
+        return sorted(row_id for row_id, paper_id in self.orphan_candidates[table]
+                      if paper_id not in self.submission_ids)
+
+    def empty_text_ids(self, table: str) -> list[str]:
+        return sorted(self.empty_text[table])
+
+    def malformed_submission_ids(self) -> list[str]:
+        return sorted(self.malformed_submissions)
+
+    def malformed_review_ids(self) -> list[str]:
+        return sorted(self.malformed_reviews)
+
+    def unaccounted_notes(self) -> dict[str, list[str]]:
+        return dict(sorted(self.unaccounted.items()))
+
+    def likely_cause_of_empty_tables(self) -> str | None:
+        """Why a venue with raw notes has no submission at all, or None when it has submissions (or no notes)."""
+        if not self.notes_received or self.submission_ids:
+            return None
+        return likely_cause_from_reasons(self.error_reasons)

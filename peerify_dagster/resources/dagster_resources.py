@@ -7,11 +7,12 @@ from pathlib import Path
 
 import dagster as dg
 import polars as pl
+import pyarrow.parquet as pq
 
 from peerify_dagster.domain.columns import column_description
 from peerify_dagster.domain.venues import Venue, load_registry
 from peerify_dagster import paths
-from peerify_dagster.resources.lake import Lake, UnreadablePartitionError
+from peerify_dagster.resources.lake import Lake, StreamedTable, UnreadablePartitionError
 from peerify_dagster.resources.openreview import HttpPolicy, make_client, unreachable_reason
 
 
@@ -79,7 +80,11 @@ class OpenReviewResource(dg.ConfigurableResource):
 
 class ParquetLakeIOManager(dg.ConfigurableIOManager):
     """Stores each asset partition as `<lake>/<asset>/<partition>.parquet`. The catalog is refreshed outside
-    the steps (see lake.py), so a bad file of another table or a process holding the catalog never fails a step."""
+    the steps (see lake.py), so a bad file of another table or a process holding the catalog never fails a step.
+
+    An asset too large for memory returns a `StreamedTable` (written batch by batch through `Lake.stream_table`),
+    which is committed (renamed into place) instead of written. An input annotated `pq.ParquetFile` is opened,
+    not loaded, so the step can read it batch by batch; any other input is loaded as a polars DataFrame."""
 
     root: str | None = None  # None: PEERIFY_LAKE when a step runs, else `data_lake/`
 
@@ -89,24 +94,38 @@ class ParquetLakeIOManager(dg.ConfigurableIOManager):
     def _partition(self, context) -> str | None:  # noqa: ANN001
         return context.partition_key if context.has_partition_key else None
 
-    def handle_output(self, context: dg.OutputContext, obj: pl.DataFrame) -> None:
+    def handle_output(self, context: dg.OutputContext, obj: pl.DataFrame | StreamedTable) -> None:
         table = context.asset_key.path[-1]
-        path = self._lake().write_table(table, self._partition(context), obj)
+        partition = self._partition(context)
+        if isinstance(obj, StreamedTable):
+            expected = self._lake().table_path(table, partition)
+            if (obj.table, obj.partition_key, obj.path) != (table, partition, expected):
+                raise dg.Failure(f"output {table} (partition {partition!r}) was streamed to {obj.path} as "
+                                 f"{obj.table} / {obj.partition_key!r}; expected {expected}: open the writer with "
+                                 "the lake resource of this run and the output's own table and partition")
+            preview, rows, schema, path = obj.head(), obj.rows, obj.schema, obj.commit()
+        else:
+            preview, rows, schema = obj, obj.height, obj.schema
+            path = self._lake().write_table(table, partition, obj)
         context.add_output_metadata({
-            "dagster/row_count": obj.height,
+            "dagster/row_count": rows,
             "path": dg.MetadataValue.path(str(path)),
-            "preview": dg.MetadataValue.md(markdown_preview(obj)),
+            "preview": dg.MetadataValue.md(markdown_preview(preview)),
             "dagster/column_schema": dg.TableSchema(
                 columns=[dg.TableColumn(name, str(dtype), description=column_description(table, name))
-                         for name, dtype in obj.schema.items()]
+                         for name, dtype in schema.items()]
             ),
         })
 
-    def load_input(self, context: dg.InputContext) -> pl.DataFrame:
+    def load_input(self, context: dg.InputContext) -> pl.DataFrame | pq.ParquetFile:
         table = context.asset_key.path[-1]
+        if context.has_asset_partitions and isinstance(context.asset_partitions_def, dg.MultiPartitionsDefinition) \
+                and len(context.asset_partition_keys) != 1:
+            return self._load_built_partitions(context, table)
         partition = context.asset_partition_key if context.has_asset_partitions else None
+        streamed = context.dagster_type.typing_type is pq.ParquetFile
         try:
-            return self._lake().read_table(table, partition)
+            return (self._lake().open_table if streamed else self._lake().read_table)(table, partition)
         except UnreadablePartitionError as exc:
             rebuild = f"`peerify build {partition}` rebuilds it" if partition else "materialise it again"
             raise dg.Failure(
@@ -115,6 +134,18 @@ class ParquetLakeIOManager(dg.ConfigurableIOManager):
                              "(a build materialises every asset of the venue)."),
                 metadata={"path": dg.MetadataValue.path(str(exc.path)), "asset": table, "partition": str(partition)},
             ) from exc
+
+
+    def _load_built_partitions(self, context: dg.InputContext, table: str) -> pl.DataFrame:
+        """Every built partition of a venue x configuration table for one venue (a venue-partitioned step reading
+        `predictions`): the configurations never built for the venue have no file and are not part of its input."""
+        keys = sorted(context.asset_partition_keys)
+        built = [key for key in keys if self._lake().table_path(table, key).exists()]
+        if not built:
+            raise dg.Failure(f"input {table}: none of its {len(keys)} partitions for this venue is built "
+                             f"({', '.join(keys) or 'no configuration is registered'}); `peerify build <venue>` "
+                             "builds the venue's configurations")
+        return pl.concat([self._lake().read_table(table, key) for key in built], how="diagonal_relaxed")
 
 
 class DocumentParserResource(dg.ConfigurableResource):
@@ -165,6 +196,22 @@ class RetrievalResource(dg.ConfigurableResource):
         from peerify_dagster.resources.reranker import CrossEncoderReranker
 
         return CrossEncoderReranker(folder)
+
+
+class PredictionConfigurationsResource(dg.ConfigurableResource):
+    """The prediction configurations file: `path`, else PEERIFY_CONFIGURATIONS (read when it is opened), else
+    configurations.yaml; checked against the models of models.yaml and the known retrievers."""
+
+    path: str | None = None
+
+    def configurations_file(self) -> Path:
+        return Path(self.path or paths.configurations_path())
+
+    def load(self):
+        from peerify_dagster.domain.predictions import load_configurations
+        from peerify_dagster.resources.llm_gateway.registry import ModelRegistry
+
+        return load_configurations(self.configurations_file(), ModelRegistry.load().models)
 
 
 class LLMGatewayResource(dg.ConfigurableResource):

@@ -15,6 +15,12 @@ from peerify_dagster.resources.processes import process_alive
 TEMPORARY_NAME = re.compile(r"^\.(?P<name>.+)\.(?P<pid>\d+)\.tmp$")  # what atomic_path names its temporaries
 
 
+def temporary_path(path: Path) -> Path:
+    """The temporary sibling a writer of `path` writes to (its folder created), named per process (TEMPORARY_NAME)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path.with_name(f".{path.name}.{os.getpid()}.tmp")
+
+
 @contextmanager
 def atomic_path(path: Path) -> Iterator[Path]:
     """A temporary sibling of `path` to write to; renamed over `path` only when the block completes.
@@ -22,8 +28,7 @@ def atomic_path(path: Path) -> Iterator[Path]:
     The temporary name ends in `.tmp`, so globs such as `*.parquet` never pick up a half-written file,
     and it is removed if the write fails.
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # matches TEMPORARY_NAME
+    temporary = temporary_path(path)
     try:
         yield temporary
         os.replace(temporary, path)

@@ -1,8 +1,10 @@
 """The lake: one Parquet file per asset and partition, and one DuckDB catalog of views over them.
 
 Partition files are replaced atomically (temp file + rename), so a re-run never appends duplicates
-and a crash never leaves half a partition. The catalog (`peerify.duckdb`) holds only views, defined
-in `sql/<table>.sql` (`{files}` there stands for the table's Parquet files). It is refreshed outside
+and a crash never leaves half a partition. A table too large to hold in memory is streamed: a `TableWriter`
+appends one row group per batch to the temporary file and hands back a `StreamedTable`, which the IO manager
+commits (renames over the partition file) when the step returns it. The catalog (`peerify.duckdb`) holds only
+views, defined in `sql/<table>.sql` (`{files}` there stands for the table's Parquet files). It is refreshed outside
 asset steps (at the end of `peerify build`, by `peerify sql`, after runs in `make dev`), and a refresh
 never raises: an unreadable partition file is left out of its view and reported by name, and a catalog
 held by another process is reported as such. Queries open the catalog read-only and run read statements only.
@@ -10,8 +12,11 @@ held by another process is reported as such. Queries open the catalog read-only 
 
 from __future__ import annotations
 
+import os
 import re
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,7 +25,7 @@ import polars as pl
 import pyarrow.parquet as pq
 
 from peerify_dagster.paths import REPO_ROOT
-from peerify_dagster.resources.files import atomic_path
+from peerify_dagster.resources.files import atomic_path, temporary_path
 
 SQL_DIR = REPO_ROOT / "sql"
 CATALOG_FILE = "peerify.duckdb"
@@ -133,6 +138,54 @@ def _sql_string(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
+@dataclass(frozen=True)
+class StreamedTable:
+    """A partition file written batch by batch, complete but still under its temporary name: `commit` makes it the
+    partition file. Until then readers see the previous partition file, if any."""
+
+    table: str
+    partition_key: str | None
+    temporary: Path
+    path: Path
+    rows: int
+    schema: dict[str, pl.DataType]
+
+    def commit(self) -> Path:
+        os.replace(self.temporary, self.path)
+        return self.path
+
+    def head(self, rows: int = 5) -> pl.DataFrame:
+        source = self.temporary if self.temporary.exists() else self.path
+        return pl.read_parquet(source, n_rows=rows)
+
+
+class TableWriter:
+    """Appends batches of rows to a partition's temporary file, one Parquet row group per batch, so only one batch
+    is ever held; `finish` completes the file and returns it as a `StreamedTable` to commit."""
+
+    def __init__(self, table: str, partition_key: str | None, path: Path, schema: dict[str, pl.DataType]):
+        self.table, self.partition_key, self.path, self.schema = table, partition_key, path, schema
+        self.temporary = temporary_path(path)
+        # polars' own Arrow types for the schema, so every batch converts to exactly these columns
+        self._arrow_schema = pl.DataFrame(schema=schema).to_arrow().schema
+        self._writer = pq.ParquetWriter(self.temporary, self._arrow_schema, compression="zstd", write_statistics=True)
+        self.rows = 0
+
+    def write(self, rows: list[dict] | pl.DataFrame) -> None:
+        frame = rows if isinstance(rows, pl.DataFrame) else pl.DataFrame(rows, schema=self.schema)
+        if frame.height:
+            self._writer.write_table(frame.to_arrow().cast(self._arrow_schema), row_group_size=frame.height)
+            self.rows += frame.height
+
+    def finish(self) -> StreamedTable:
+        self._writer.close()
+        return StreamedTable(self.table, self.partition_key, self.temporary, self.path, self.rows, self.schema)
+
+    def abandon(self) -> None:
+        self._writer.close()
+        self.temporary.unlink(missing_ok=True)
+
+
 class Lake:
     def __init__(self, root: str | Path):
         self.root = Path(root).resolve()
@@ -150,14 +203,38 @@ class Lake:
             frame.write_parquet(temporary, compression="zstd", statistics=True)
         return path
 
+    @contextmanager
+    def stream_table(self, table: str, partition_key: str | None,
+                     schema: dict[str, pl.DataType]) -> Iterator[TableWriter]:
+        """A writer for the partition's new file; if the block fails, its temporary file is removed and the previous
+        partition file stays as it was. Call `finish()` inside the block and hand the result to the IO manager."""
+        writer = TableWriter(table, partition_key, self.table_path(table, partition_key), schema)
+        try:
+            yield writer
+        except BaseException:
+            writer.abandon()
+            raise
+
     def read_table(self, table: str, partition_key: str | None) -> pl.DataFrame:
-        path = self.table_path(table, partition_key)
-        if not path.exists():
-            raise FileNotFoundError(f"lake table {table!r} has no partition {partition_key!r} ({path})")
+        path = self._existing_path(table, partition_key)
         try:
             return pl.read_parquet(path)
         except (pl.exceptions.PolarsError, OSError) as exc:
             raise UnreadablePartitionError(table, partition_key, path, _first_line(exc)) from exc
+
+    def open_table(self, table: str, partition_key: str | None) -> pq.ParquetFile:
+        """The partition file opened for reading batch by batch (`iter_batches`, `read_row_group`), not loaded."""
+        path = self._existing_path(table, partition_key)
+        try:
+            return pq.ParquetFile(path)
+        except (OSError, ValueError) as exc:  # a missing footer: truncated or not Parquet
+            raise UnreadablePartitionError(table, partition_key, path, _first_line(exc)) from exc
+
+    def _existing_path(self, table: str, partition_key: str | None) -> Path:
+        path = self.table_path(table, partition_key)
+        if not path.exists():
+            raise FileNotFoundError(f"lake table {table!r} has no partition {partition_key!r} ({path})")
+        return path
 
     def tables(self) -> list[str]:
         return sorted(p.parent.name for p in self.root.glob("*/*.parquet"))
@@ -229,7 +306,9 @@ class Lake:
             self.refresh_catalog(wait_s=0)  # a reader holding the catalog blocks a refresh, not a query: go on
         with self._connect(read_only=True, wait_s=wait_s) as con:
             check_read_only(con, sql)
-            con.execute(f"set allowed_directories = [{_sql_string(self.root.as_posix() + '/')}]")
+            # Only the folders of the catalog's views: a table without a view (arbitration_key) stays unreadable.
+            folders = [_sql_string(f"{self.root.as_posix()}/{path.stem}/") for path in sorted(SQL_DIR.glob("*.sql"))]
+            con.execute(f"set allowed_directories = [{', '.join(folders)}]")
             con.execute("set enable_external_access = false")
             con.execute("set lock_configuration = true")
             cursor = con.execute(sql, params)

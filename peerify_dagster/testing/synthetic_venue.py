@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-SAMPLE = Path(__file__).resolve().parents[1] / "peerify_dagster" / "sample_venue" / "snapshot"
+SAMPLE = Path(__file__).resolve().parents[1] / "sample_venue" / "snapshot"
 
 
 def _rename(obj, mapping: dict[str, str]):
