@@ -6,12 +6,13 @@ from pathlib import Path
 import dagster as dg
 import polars as pl
 
-from peerify_dagster.domain.chunking import Chunk, ChunkingConfig, chunk_document, is_runaway
+from peerify_dagster.domain.chunking import RUNAWAY_FACTOR, Chunk, ChunkingConfig, chunk_document, estimate_tokens
 from peerify_dagster.domain.chunking import chunk_stats as compute_chunk_stats
 from peerify_dagster.domain.layout import LAYOUT_VERSION, Block
 from peerify_dagster.partitions import venue_partitions
 from peerify_dagster.resources.dagster_resources import DocumentParserResource, LakeResource, VenueRegistryResource
 from peerify_dagster.resources.document_parser import ManuscriptParseError
+from peerify_dagster.resources.expectations import Expect, gate
 from peerify_dagster.resources.openreview import SnapshotReader
 
 PARSING_CODE_VERSION = f"parsing-v1-layout-{LAYOUT_VERSION}"
@@ -110,24 +111,24 @@ def chunks(context: dg.AssetExecutionContext, parsed_manuscripts: pl.DataFrame,
     first line of each chunk, references and paper checklists left out; stable ids (paper id + order + text
     hash) and section paths."""
     config = _chunking_config(venue_registry, context.partition_key)
-    rows, runaway = [], []
+    rows, tokens = [], []
     for paper in parsed_manuscripts.iter_rows(named=True):
         blocks = [Block(**b) for b in paper["blocks"]]
         for chunk in chunk_document(paper["paper_id"], blocks, config):
             rows.append({"venue": context.partition_key, **vars(chunk)})
-            if is_runaway(chunk, config.max_tokens):
-                runaway.append(chunk.chunk_id)
+            tokens.append(estimate_tokens(chunk.text))
     frame = pl.DataFrame(rows, schema=CHUNK_SCHEMA)
     yield dg.Output(frame, metadata={"chunking": dg.MetadataValue.json(vars(config))})
-    empty = frame.filter(pl.col("word_count") == 0)["chunk_id"].to_list()
-    chunkless = sorted(set(parsed_manuscripts["paper_id"]) - set(frame["paper_id"]))
-    for name, failing, severity in (
-        ("no_empty_chunks", empty, dg.AssetCheckSeverity.ERROR),
-        ("no_runaway_chunks", runaway, dg.AssetCheckSeverity.WARN),
-        ("every_paper_has_chunks", chunkless, dg.AssetCheckSeverity.WARN),
-    ):
-        yield dg.AssetCheckResult(check_name=name, passed=not failing, severity=severity,
-                                  metadata={"failing_ids": dg.MetadataValue.json(failing[:200])})
+    papers = parsed_manuscripts.select("paper_id").join(frame.group_by("paper_id").len("chunks"), on="paper_id",
+                                                        how="left").with_columns(pl.col("chunks").fill_null(0))
+    yield gate("no_empty_chunks", [Expect(frame, "ExpectColumnValuesToBeBetween", ("chunk_id",),
+                                          {"column": "word_count", "min_value": 1})], blocking=True)
+    yield gate("no_runaway_chunks", [Expect(frame.with_columns(pl.Series("tokens", tokens, dtype=pl.Int64)),
+                                            "ExpectColumnValuesToBeBetween", ("chunk_id",),
+                                            {"column": "tokens", "max_value": RUNAWAY_FACTOR * config.max_tokens})],
+               blocking=False)
+    yield gate("every_paper_has_chunks", [Expect(papers, "ExpectColumnValuesToBeBetween", ("paper_id",),
+                                                 {"column": "chunks", "min_value": 1})], blocking=False)
 
 
 @dg.asset(partitions_def=venue_partitions, group_name="manuscripts", kinds={"python", "parquet"},

@@ -5,7 +5,8 @@ import polars as pl
 
 from peerify_dagster.domain import plots
 from peerify_dagster.domain.labels import LABELS
-from peerify_dagster.partitions import venue_partitions
+from peerify_dagster.domain.predictions import SOURCE_ANSWER_KEY, STATUS_OK
+from peerify_dagster.partitions import FROM_VENUE, venue_partitions
 from peerify_dagster.resources.dagster_resources import LakeResource
 from peerify_dagster.resources.files import write_atomic
 from peerify_dagster.resources.lake import partition_slug
@@ -14,11 +15,12 @@ REPORT_SCHEMA = {"venue": pl.String, "figure": pl.String, "path": pl.String, "de
 
 
 @dg.asset(partitions_def=venue_partitions, group_name="reports", kinds={"python", "parquet", "matplotlib"},
-          code_version="reports-v1")
+          code_version="reports-v2", ins={"predictions": dg.AssetIn(partition_mapping=FROM_VENUE)})
 def venue_report(context: dg.AssetExecutionContext, retrieval_metrics: pl.DataFrame, chunks: pl.DataFrame,
-                 evidence_verifications: pl.DataFrame, lake: LakeResource) -> pl.DataFrame:
+                 predictions: pl.DataFrame, lake: LakeResource) -> pl.DataFrame:
     """Figures for the venue: retrieval metrics per retriever, chunk sizes against the paper's chunker, and each
-    verifier's labels against the answer key. The table lists the PNG files."""
+    verifier's labels against the answer key under each prediction configuration built for the venue. The table
+    lists the PNG files."""
     venue = context.partition_key
     folder = lake.lake().root / "reports" / partition_slug(venue)
     measured = retrieval_metrics.filter(pl.col("status") == "ok").to_dicts()
@@ -28,13 +30,13 @@ def venue_report(context: dg.AssetExecutionContext, retrieval_metrics: pl.DataFr
         "chunk_words.png": (plots.chunk_size_histogram(chunks["word_count"].to_list(), f"Chunk sizes, {venue}"),
                             "words per chunk, with the paper's median and p90"),
     }
-    for verifier in sorted(set(evidence_verifications["verifier"])):
-        rows = evidence_verifications.filter((pl.col("verifier") == verifier) & (pl.col("status") == "ok")
-                                             & pl.col("gold_label").is_not_null())  # only claims a call was made for
-        pairs = list(zip(rows["label"].to_list(), rows["gold_label"].to_list()))
-        figures[f"verifier_{verifier}.png"] = (
-            plots.label_confusion_chart(pairs, list(LABELS), f"{verifier} vs answer key, {venue}"),
-            f"labels of {verifier} against the answer key's manuscript labels",
+    keyed = predictions.filter((pl.col("claim_source") == SOURCE_ANSWER_KEY) & (pl.col("status") == STATUS_OK))
+    for configuration, verifier in sorted(set(keyed.select("configuration", "verifier").iter_rows())):
+        rows = keyed.filter((pl.col("configuration") == configuration) & (pl.col("verifier") == verifier))
+        pairs = list(zip(rows["label"].to_list(), rows["gold_label"].to_list()))  # only claims a call was made for
+        figures[f"verifier_{verifier}_{configuration}.png"] = (
+            plots.label_confusion_chart(pairs, list(LABELS), f"{verifier} ({configuration}) vs answer key, {venue}"),
+            f"labels of {verifier} under configuration {configuration} against the answer key's manuscript labels",
         )
     rows = []
     for name, (png, description) in figures.items():

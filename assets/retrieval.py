@@ -1,10 +1,13 @@
 """Stage 4, retrieval: evidence retrieval for claims, restricted to each claim's own manuscript, and its metrics."""
 
+from collections.abc import Callable
+
 import dagster as dg
 import numpy as np
 import polars as pl
 
 from peerify_dagster.domain.gold_evidence import claims_without_manuscript, gold_chunk_ids, load_claim_key
+from peerify_dagster.domain.predictions import SOURCE_ANSWER_KEY, SOURCE_PAPER, SOURCE_REVIEW
 from peerify_dagster.domain.retrieval import RUN_COLUMNS, PaperIndex, build_retrievers, retrieve_claims
 from peerify_dagster.domain.retrieval_metrics import evaluate_runs
 from peerify_dagster.partitions import venue_partitions
@@ -23,8 +26,6 @@ QUERY_SCHEMA = {
     "evidence_section": pl.String, "evidence_sentence": pl.String, "source": pl.String,
     "gold_chunk_ids": pl.List(pl.String),
 }
-SOURCE_ANSWER_KEY = "answer_key"  # the venue's hand-written answer key
-SOURCE_PAPER = "paper_sourced"  # PaperSourced claims (asset `paper_claims`)
 RUN_SCHEMA = {
     "venue": pl.String, "claim_id": pl.String, "paper_id": pl.String, "retriever": pl.String, "rank": pl.Int64,
     "chunk_id": pl.String, "score": pl.Float64, "status": pl.String, "error": pl.String,
@@ -40,10 +41,12 @@ METRIC_SCHEMA = {
 @dg.asset(partitions_def=venue_partitions, group_name="retrieval", kinds={"python", "parquet"},
           code_version=RETRIEVAL_CODE_VERSION)
 def retrieval_queries(context: dg.AssetExecutionContext, paper_sample: pl.DataFrame, paper_claims: pl.DataFrame,
+                      review_claims: pl.DataFrame, claim_types: pl.DataFrame,
                       venue_registry: VenueRegistryResource) -> pl.DataFrame:
     """Claims to retrieve evidence for: (claim id, paper id, claim text) and where their gold evidence is.
     Every venue: its PaperSourced claims (`source` paper_sourced; the rephrased claim is the query, gold = the
-    chunks holding its paragraph, label Supported). Venues with an answer key (`gold_claims` in venues.yaml) add
+    chunks holding its paragraph, label Supported) and its review claims (`source` review, `kind` their claim type;
+    no gold chunks: the slices and predictions need their evidence). Venues with an answer key (`gold_claims` in venues.yaml) add
     its claims (`source` answer_key; gold = the chunks containing the evidence sentence), limited to the venue's
     chosen papers (`paper_sample`); the key's other claims are counted in the metadata."""
     venue = venue_registry.venue(context.partition_key)
@@ -61,11 +64,34 @@ def retrieval_queries(context: dg.AssetExecutionContext, paper_sample: pl.DataFr
               "evidence_section": c["section"], "evidence_sentence": None, "source": SOURCE_PAPER,
               "gold_chunk_ids": c["gold_chunk_ids"]}
              for c in paper_claims.iter_rows(named=True)]
+    kind_of = dict(zip(claim_types["claim_id"], claim_types["claim_type"]))
+    rows += [{"claim_id": c["claim_id"], "paper_id": c["paper_id"], "review_id": c["review_id"],
+              "claim_text": c["claim_text"], "kind": kind_of.get(c["claim_id"]), "manuscript_label": None,
+              "rebuttal_label": None, "evidence_section": None, "evidence_sentence": None, "source": SOURCE_REVIEW,
+              "gold_chunk_ids": None}
+             for c in review_claims.iter_rows(named=True)]
     context.add_output_metadata({"claims_in_key": len(key_rows),
                                  "claims_not_in_venue": len(key_rows) - key_claims_in_venue,
                                  "paper_sourced_claims": paper_claims.height,
+                                 "review_claims": review_claims.height,
                                  "papers_not_in_venue": dg.MetadataValue.json(outside)})
     return pl.DataFrame([{"venue": venue.key, **r} for r in rows], schema=QUERY_SCHEMA)
+
+
+def paper_index_loader(chunks: pl.DataFrame, chunk_embeddings: pl.DataFrame) -> Callable[[str], PaperIndex | None]:
+    """paper id -> the paper's search index (chunks in manuscript order with their vectors), None without chunks."""
+    vectors = chunk_embeddings.select("chunk_id", "embedding")
+    joined = chunks.select("paper_id", "chunk_id", "text", "order").join(vectors, on="chunk_id", how="left")
+
+    def load_index(paper_id: str) -> PaperIndex | None:
+        # One paper at a time: no venue-wide matrix is ever held.
+        paper = joined.filter(pl.col("paper_id") == paper_id).sort("order")
+        if paper.is_empty():
+            return None
+        return PaperIndex(paper_id, paper["chunk_id"].to_list(), paper["text"].to_list(),
+                          np.asarray(paper["embedding"].to_list(), dtype=np.float32))
+
+    return load_index
 
 
 @dg.asset(partitions_def=venue_partitions, group_name="retrieval", kinds={"python", "parquet"},
@@ -78,20 +104,9 @@ def retrieval_runs(context: dg.AssetExecutionContext, retrieval_queries: pl.Data
     retrievers, unavailable = build_retrievers(retrieval.retrievers, reranker=retrieval.reranker())
     for name, reason in unavailable.items():
         context.log.warning(f"retriever {name} unavailable: {reason}")
-    vectors = chunk_embeddings.select("chunk_id", "embedding")
-    joined = chunks.select("paper_id", "chunk_id", "text", "order").join(vectors, on="chunk_id", how="left")
-
-    def load_index(paper_id: str) -> PaperIndex | None:
-        # One paper at a time: no venue-wide matrix is ever held.
-        paper = joined.filter(pl.col("paper_id") == paper_id).sort("order")
-        if paper.is_empty():
-            return None
-        return PaperIndex(paper_id, paper["chunk_id"].to_list(), paper["text"].to_list(),
-                          np.asarray(paper["embedding"].to_list(), dtype=np.float32))
-
     cache = embedding_model.cache(lake.lake())
     claims = retrieval_queries.select("claim_id", "paper_id", "claim_text").iter_rows()
-    rows = retrieve_claims(claims, load_index, retrievers, lambda texts: cache.embed_with_cache(texts)[0],
+    rows = retrieve_claims(claims, paper_index_loader(chunks, chunk_embeddings), retrievers, lambda texts: cache.embed_with_cache(texts)[0],
                            k=retrieval.k)
     rows += [{"retriever": name, "status": "unavailable", "error": reason} for name, reason in unavailable.items()]
     frame = pl.DataFrame([{"venue": context.partition_key, **{c: r.get(c) for c in RUN_COLUMNS}} for r in rows],

@@ -1,110 +1,48 @@
-"""Stage 5, verification: each claim's retrieved evidence judged by every configured verifier model through
-the LLM gateway (every call recorded in the `llm_calls` ledger), and the LLM usage behind the venue's tables."""
+"""The LLM usage behind the venue's tables (every call recorded in the `llm_calls` ledger). The verifiers' predictions
+are the `predictions` asset (assets/predictions.py), partitioned by venue x configuration; their calls, tokens and
+cost are in its rows and metadata."""
+
+from collections.abc import Mapping
 
 import dagster as dg
 import polars as pl
 
-from peerify_dagster.domain import label_metrics
-from peerify_dagster.domain.prompts import format_passages, prompts_code_version
-from peerify_dagster.domain.verification import STATUS_NO_EVIDENCE, STATUS_NO_MANUSCRIPT, STATUS_OK, plan_verifications
 from peerify_dagster.partitions import venue_partitions
-from peerify_dagster.resources.dagster_resources import LakeResource, LLMGatewayResource
+from peerify_dagster.resources.dagster_resources import LakeResource
 
-VERIFY_PROMPT = "verify"
-VERIFICATION_CODE_VERSION = f"verification-v2-{prompts_code_version([VERIFY_PROMPT])}"
-
-VERIFICATION_SCHEMA = {
-    "venue": pl.String, "claim_id": pl.String, "paper_id": pl.String, "verifier": pl.String, "status": pl.String,
-    "retriever": pl.String, "evidence_chunk_ids": pl.List(pl.String), "label": pl.String, "parse_ok": pl.Boolean,
-    "error": pl.String, "call_id": pl.String, "prompt_id": pl.String, "gold_label": pl.String,
-}
 USAGE_SCHEMA = {
     "venue": pl.String, "model": pl.String, "role": pl.String, "prompt_id": pl.String, "calls": pl.Int64,
     "tokens_in": pl.Int64, "tokens_out": pl.Int64, "cost_usd": pl.Float64, "parse_failures": pl.Int64,
     "errors": pl.Int64, "mean_latency_s": pl.Float64,
 }
 
+# Every venue table that references ledger calls, and its call-id columns: what llm_usage counts and what the sample's
+# recording keeps (scripts/record_sample_llm_calls.py).
+CALL_ID_COLUMNS: dict[str, tuple[str, ...]] = {
+    "review_claims": ("call_id",), "claims_dropped": ("call_id",), "claim_types": ("call_id",),
+    "paper_claims": ("claim_call_id", "rephrase_call_id"), "paper_claims_dropped": ("call_id",),
+    "claim_labels": ("call_id",),
+}
 
-class VerificationConfig(dg.Config):
-    retriever: str = "hybrid"  # whose ranking supplies the evidence
-    evidence_k: int = 3  # passages shown to the verifier
 
-
-@dg.asset(partitions_def=venue_partitions, group_name="verification", kinds={"python", "parquet"},
-          code_version=VERIFICATION_CODE_VERSION, pool="llm")
-def evidence_verifications(context: dg.AssetExecutionContext, config: VerificationConfig,
-                           retrieval_queries: pl.DataFrame, retrieval_runs: pl.DataFrame, chunks: pl.DataFrame,
-                           lake: LakeResource, llm: LLMGatewayResource) -> pl.DataFrame:
-    """Per claim and verifier model (role `verifiers`): the label given the claim's top retrieved passages,
-    with the ledger call id. Unparseable answers keep label null and parse_ok false; they are never guessed.
-    Every claim keeps its rows: a claim whose paper has no usable manuscript has status `no_manuscript`, one
-    whose retrieval gave no passage `no_evidence`; neither makes a call (label, parse_ok and call_id null,
-    `error` says why)."""
-    text_of = dict(zip(chunks["chunk_id"], chunks["text"]))
-    planned = plan_verifications(retrieval_queries.iter_rows(named=True), retrieval_runs.iter_rows(named=True),
-                                 set(chunks["paper_id"]), config.retriever, config.evidence_k)
-    to_verify = [p for p in planned if p.status == STATUS_OK]
-    items = [{"claim": p.claim["claim_text"],
-              "evidence": format_passages([(i, text_of[i]) for i in p.evidence_chunk_ids])} for p in to_verify]
-    for problem in (STATUS_NO_MANUSCRIPT, STATUS_NO_EVIDENCE):
-        if skipped := [p.claim["claim_id"] for p in planned if p.status == problem]:
-            context.log.warning(f"{len(skipped)} claims get no verifier call ({problem}): {skipped}")
-    rows = []
-    with llm.gateway(lake.lake(), run_id=context.run_id) as gateway:
-        verifiers = gateway.preflight(["verifiers"])["verifiers"]
-        for verifier in verifiers:
-            def progress(done: int, total: int, _result) -> None:
-                if done == total or done % 10 == 0:
-                    context.log.info(f"{verifier}: {done}/{total} claims verified")
-
-            results = iter(gateway.map(verifier, VERIFY_PROMPT, items, role="verifiers", progress=progress))
-            for plan in planned:
-                if plan.status == STATUS_OK:
-                    result = next(results)
-                    call = {"label": result.label, "parse_ok": result.parse_ok, "error": result.error,
-                            "call_id": result.call_id}
-                else:
-                    call = {"label": None, "parse_ok": None, "error": plan.reason, "call_id": None}
-                rows.append({
-                    "venue": context.partition_key, "claim_id": plan.claim["claim_id"],
-                    "paper_id": plan.claim["paper_id"], "verifier": verifier, "status": plan.status,
-                    "retriever": config.retriever, "evidence_chunk_ids": plan.evidence_chunk_ids, **call,
-                    "prompt_id": VERIFY_PROMPT, "gold_label": plan.claim["manuscript_label"],
-                })
-        usage = gateway.usage()
-    # Unreadable ledger segments met while reading or compacting the ledger (up to the gateway's close): their calls
-    # were made again where needed, so say which.
-    for record in gateway.quarantined:
-        context.log.warning(record.describe())
-    frame = pl.DataFrame(rows, schema=VERIFICATION_SCHEMA)
-    # Every claim with an answer-key label is scored; no answer (unparsed, no manuscript, no evidence) is an error.
-    keyed = frame.filter(pl.col("gold_label").is_not_null())
-    gold, predicted = keyed["gold_label"].to_list(), keyed["label"].to_list()
-    context.add_output_metadata({
-        "claims_without_manuscript": sum(p.status == STATUS_NO_MANUSCRIPT for p in planned),
-        "claims_without_evidence": sum(p.status == STATUS_NO_EVIDENCE for p in planned),
-        "verifiers": dg.MetadataValue.json(verifiers),
-        "usage_by_model": dg.MetadataValue.json(usage["by_model"]),
-        "calls_made": sum(u["calls"] for u in usage["by_model"].values()),
-        "cache_hits": sum(u["cache_hits"] for u in usage["by_model"].values()),
-        "parse_failures": int((~frame["parse_ok"]).sum()),  # null (no call made) is not counted
-        "ledger_segments_quarantined": dg.MetadataValue.json([
-            {"segment": str(r.segment), "moved_to": str(r.moved_to) if r.moved_to else None, "reason": r.reason,
-             "call_ids": list(r.call_ids)} for r in gateway.quarantined]),
-        "answer_key_claims": len(gold),
-        "accuracy_vs_answer_key": label_metrics.accuracy(gold, predicted),
-        "macro_f1_vs_answer_key": label_metrics.macro_f1(gold, predicted),
-    })
-    return frame
+def referenced_call_ids(tables: Mapping[str, pl.DataFrame]) -> pl.DataFrame:
+    """The distinct call ids (column `call_id`) the venue's tables reference."""
+    ids = [tables[table].select(pl.col(column).alias("call_id")) for table, columns in CALL_ID_COLUMNS.items()
+           for column in columns]
+    return pl.concat(ids).drop_nulls().unique()
 
 
 @dg.asset(partitions_def=venue_partitions, group_name="verification", kinds={"python", "parquet", "duckdb"},
-          code_version="llm-usage-v1")
-def llm_usage(context: dg.AssetExecutionContext, evidence_verifications: pl.DataFrame,
-              lake: LakeResource) -> pl.DataFrame:
+          code_version="llm-usage-v3")
+def llm_usage(context: dg.AssetExecutionContext, review_claims: pl.DataFrame, claims_dropped: pl.DataFrame,
+              claim_types: pl.DataFrame, paper_claims: pl.DataFrame, paper_claims_dropped: pl.DataFrame,
+              claim_labels: pl.DataFrame, lake: LakeResource) -> pl.DataFrame:
     """LLM usage behind this venue's tables, per model, role and prompt: calls, tokens, cost, parse failures and
-    errors, read from the `llm_calls` ledger for the call ids the tables reference."""
-    call_ids = evidence_verifications.select("call_id").drop_nulls().unique()
+    errors, read from the `llm_calls` ledger for the call ids the tables reference (every role: extractor, fact
+    tagger, labellers; the verifiers' are in `predictions`)."""
+    call_ids = referenced_call_ids({
+        "review_claims": review_claims, "claims_dropped": claims_dropped, "claim_types": claim_types,
+        "paper_claims": paper_claims, "paper_claims_dropped": paper_claims_dropped, "claim_labels": claim_labels})
     if call_ids.is_empty():  # no claim needed a call (e.g. no manuscript): there may be no ledger at all
         return pl.DataFrame(schema=USAGE_SCHEMA)
     ledger = pl.read_parquet(lake.lake().root / "llm_calls" / "*.parquet").unique("call_id", keep="last")

@@ -49,6 +49,7 @@ from peerify_dagster.testing.cli import (  # noqa: E402
     start_peerify,
 )
 
+SAMPLE_PREDICTIONS = "hybrid-top3|sample"  # the configuration the sample predicts every claim under
 TRUNCATED_PDF = "Hp4sLx9TcV"  # 13 claims of the answer key
 SECRET = "sk-fault-table-secret"  # an API key in the killed build's environment, looked for in its children
 PLACEHOLDERS: dict[str, str] = {str(REPO_ROOT): "<repo>"}  # machine-specific folders, as shown in the table
@@ -178,7 +179,7 @@ class FaultTable:
         return [kill_row, orphan_row, secrets_row]
 
     def stuck_pool_slot(self) -> Row:
-        """Two builds killed in evidence_verifications (each holding an `llm` slot), then a third build."""
+        """Two builds killed in their LLM steps (each holding an `llm` slot), then a third build."""
         case = self.case("slots", keep_calls=(self.total - 4,))
         killed = [kill_during_llm_calls("sample", case.env, case.folder / f"killed{i}", after_new_calls=1,
                                         total_calls=self.total) for i in range(2)]
@@ -241,7 +242,7 @@ class FaultTable:
             holder.kill()
             holder.wait()
         [said] = [line for line in build.stderr.splitlines() if "catalog not refreshed" in line] or ["(nothing)"]
-        after = case.sql("select count(*) as n from evidence_verifications")
+        after = case.sql("select count(*) as n from predictions")
         return Row(
             "another process holds `peerify.duckdb` during a build: the build fails at its first step",
             f"build exit {build.returncode} in {build.seconds:.0f} s; it said `{_clip(said, 110)}`; after the holder "
@@ -325,13 +326,13 @@ class FaultTable:
         build = case.build()
         queries = case.lake.read_table("retrieval_queries", "sample")
         runs = case.lake.read_table("retrieval_runs", "sample")
-        verifications = case.lake.read_table("evidence_verifications", "sample").height
+        verifications = case.lake.read_table("predictions", SAMPLE_PREDICTIONS).height
         no_chunks = runs.filter(pl.col("status") == "no_chunks").height
         return Row(
             "answer-key claims for papers not in the venue: 47 claims and 141 `no_chunks` rows anyway",
             f"venue of 2 papers (14 answer-key claims): build exit {build.returncode}; retrieval_queries "
             f"{queries.height} rows, all for {sorted(set(queries['paper_id']))}; `no_chunks` rows {no_chunks}; "
-            f"evidence_verifications {verifications} rows",
+            f"predictions ({SAMPLE_PREDICTIONS}) {verifications} rows",
             "recovered" if build.returncode == 0 and set(queries["paper_id"]) <= set(kept) and no_chunks == 0
             else "open")
 
@@ -342,15 +343,16 @@ class FaultTable:
         case = self.case("pdf", snapshot=self._snapshot_copy("pdf", cut))
         build = case.build()
         claims = case.lake.read_table("retrieval_queries", "sample").height
-        verifications = case.lake.read_table("evidence_verifications", "sample")
-        lost = verifications.filter(pl.col("status") == "no_manuscript").height
+        verifications = case.lake.read_table("predictions", SAMPLE_PREDICTIONS)
+        lost = verifications.filter((pl.col("status") == "no_manuscript")
+                                    & (pl.col("claim_source") != "review")).height  # the answer key's 13
         errors = case.lake.read_table("ingest_errors", "sample").filter(pl.col("forum_id") == TRUNCATED_PDF)
         metrics = case.lake.read_table("retrieval_metrics", "sample").filter(pl.col("retriever") == "hybrid")
         counted = metrics.select("n_claims", "n_claims_scored", "n_claims_without_manuscript").rows()
         return Row(
-            "truncated PDF: its 13 claims vanish from evidence_verifications, recall goes up",
+            "truncated PDF: its 13 claims vanish from the predictions, recall goes up",
             f"build exit {build.returncode}; ingest_errors {errors.select('stage', 'reason').rows()}; "
-            f"evidence_verifications {verifications.height} rows for {claims} claims, {lost} `no_manuscript`; "
+            f"predictions {verifications.height} rows for {claims} claims, {lost} `no_manuscript`; "
             f"hybrid metrics (claims, scored, without manuscript): {counted}",
             "named" if build.returncode == 0 and verifications.height == claims and lost == 13 else "open")
 

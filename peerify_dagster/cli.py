@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 import yaml
 
 from peerify_dagster.domain.venues import SOURCES, RegistryError, Venue, add_venue, load_registry, missing_files
-from peerify_dagster import paths
+from peerify_dagster import cli_arbitrate, cli_queue, paths
 from peerify_dagster.resources.files import remove_stale_temporaries
 from peerify_dagster.resources.lake import (
     SHARED_TABLES,
@@ -27,6 +27,7 @@ from peerify_dagster.resources.lake import (
     CatalogBusyError,
     Lake,
     WriteStatementError,
+    partition_slug,
     unreadable_reason,
 )
 
@@ -76,6 +77,9 @@ def venue_summary(lake: Lake, venue: str) -> tuple[list[str], list[tuple]]:
             label = table
         if files:
             rows.append((label, _row_count(files)))
+        # Venue x configuration tables (predictions): one file per configuration, `<configuration>|<venue>`.
+        for path in sorted((lake.root / table).glob(f"*|{partition_slug(venue)}.parquet")):
+            rows.append((f"{table} ({path.stem.split('|')[0]})", _row_count([path])))
     return ["table", "rows"], rows
 
 
@@ -125,14 +129,14 @@ def check_build_config(venue_key: str) -> Venue:
     return venue
 
 
-def _open_home(holder: str) -> dg.DagsterInstance:
+def _open_home(holder: str, capture_step_output: bool = True) -> dg.DagsterInstance:
     """The Dagster instance with its dead runs recovered, and stale temporaries gone from the lake."""
     from dagster import DagsterError
 
     from peerify_dagster.resources import runs
 
     try:
-        instance, lines = runs.open_instance(holder, on_wait=lambda other: _say(
+        instance, lines = runs.open_instance(holder, capture_step_output=capture_step_output, on_wait=lambda other: _say(
             f"waiting for {other} to finish setting up the Dagster home"))
     except DagsterError as exc:
         raise ConfigError(f"DAGSTER_HOME={os.environ.get('DAGSTER_HOME')}: {_one_line(exc)}") from None
@@ -144,43 +148,105 @@ def _open_home(holder: str) -> dg.DagsterInstance:
     return instance
 
 
-def cmd_build(args: argparse.Namespace) -> int:
-    venue = check_build_config(args.venue)
+def check_configurations(venue_key: str, only: list[str] | None = None) -> list:
+    """The prediction configurations the build runs for the venue (`only`: those named), checked against models.yaml
+    and the known retrievers before any work."""
+    from peerify_dagster.domain.predictions import ConfigurationError as BadConfiguration
+    from peerify_dagster.domain.predictions import load_configurations
+    from peerify_dagster.resources.llm_gateway import LLMGatewayError
+    from peerify_dagster.resources.llm_gateway.registry import ModelRegistry
 
-    from peerify_dagster.definitions import build_venue_job, defs
-    from peerify_dagster.partitions import venue_partitions
+    try:
+        configurations = load_configurations(Path(paths.configurations_path()), ModelRegistry.load().models)
+        return [configurations.get(name) for name in only] if only else configurations.for_venue(venue_key)
+    except (BadConfiguration, LLMGatewayError) as exc:
+        raise ConfigError(f"cannot build {venue_key}: {_one_line(exc)}") from None
+
+
+def _run_job(instance: dg.DagsterInstance, job_name: str, partition_key, run_config: dict | None = None):
+    """One in-process run of a job of the code location for one partition, reported while it waits for a pool."""
+    from peerify_dagster.definitions import defs
+    from peerify_dagster.resources import runs
+
+    run_id = str(uuid.uuid4())
+    # The process tags let `peerify recover` tell this run dead from alive. No automatic retry: a killed
+    # terminal build is re-run by its user, not relaunched in the background by `dagster dev`'s daemon.
+    tags = {**runs.process_tags(), "dagster/max_retries": "0"}
+    run_config = {**(run_config or {}), "loggers": {"console": {"config": {"log_level": "INFO"}}}}
+    with runs.PoolWaitReporter(instance, run_id, _say):
+        return defs.resolve_job_def(job_name).execute_in_process(
+            partition_key=partition_key, instance=instance, run_config=run_config, raise_on_error=False,
+            run_id=run_id, tags=tags,
+        )
+
+
+def print_estimate(venue_key: str, configurations: list) -> int:
+    """`peerify build V --estimate`: the calls, tokens and cost the build would make, no model called."""
+    registry_path = Path(paths.registry_path())
+    if venue_key not in load_registry(registry_path):
+        raise ConfigError(f"{registry_path}: venue {venue_key!r} is not registered")
+    from peerify_dagster.estimate import estimate_build, format_estimate
+    from peerify_dagster.resources.llm_gateway import LLMGateway, LLMGatewayError
+
+    try:  # the gateway only reads the ledger here: not closed, so nothing is compacted or written
+        estimate = estimate_build(Lake(paths.lake_root()), venue_key, configurations, LLMGateway(paths.lake_root()))
+    except LLMGatewayError as exc:
+        raise ConfigError(f"cannot estimate {venue_key}: {_one_line(exc)}") from None
+    print(format_estimate(estimate, venue_key))
+    return 0
+
+
+def cmd_build(args: argparse.Namespace) -> int:
+    configurations = check_configurations(args.venue, args.configuration)
+    if args.estimate:
+        return print_estimate(args.venue, configurations)
+    venue = check_build_config(args.venue)
+    lake = Lake(paths.lake_root())
+    if args.configuration and not lake.table_path("retrieval_runs", venue.key).exists():
+        raise ConfigError(f"--configuration needs a built venue: build {venue.key} first (`peerify build {venue.key}`)")
+
+    from assets.predictions import predictions
+    from peerify_dagster.definitions import build_venue_job, predictions_job, venue_results_job
+    from peerify_dagster.partitions import configuration_partitions, prediction_key, venue_partitions
     from peerify_dagster.resources import runs
 
     me = f"the build of {venue.key} (pid {os.getpid()})"
-    instance = _open_home(me)
-    lake = Lake(paths.lake_root())
+    instance = _open_home(me, capture_step_output=False)  # the terminal shows the output; no `tail` child
+    results = []
     # Two builds of one venue write the same partitions: the second waits, then finds most work in the caches.
     with runs.exclusive_lock(lake.root / f".build-{venue.slug}.lock", me,
                              on_wait=lambda other: _say(f"waiting for {other} to finish")):
         if not instance.has_dynamic_partition(venue_partitions.name, venue.key):
             instance.add_dynamic_partitions(venue_partitions.name, [venue.key])
-        run_config = {
-            "ops": {"raw_openreview_notes": {"config": {"refetch": args.refetch}}},
-            "loggers": {"console": {"config": {"log_level": "INFO"}}},
-        }
-        run_id = str(uuid.uuid4())
-        # The process tags let `peerify recover` tell this run dead from alive. No automatic retry: a killed
-        # terminal build is re-run by its user, not relaunched in the background by `dagster dev`'s daemon.
-        tags = {**runs.process_tags(), "dagster/max_retries": "0"}
-        with runs.PoolWaitReporter(instance, run_id, _say):
-            result = defs.resolve_job_def(build_venue_job.name).execute_in_process(
-                partition_key=venue.key, instance=instance, run_config=run_config, raise_on_error=False,
-                run_id=run_id, tags=tags,
-            )
+        known = set(instance.get_dynamic_partitions(configuration_partitions.name))
+        if new := [c.name for c in configurations if c.name not in known]:
+            instance.add_dynamic_partitions(configuration_partitions.name, new)
+        # A job runs one partitions definition: the venue's graph, then one run per configuration, then the results.
+        inputs_built = True
+        if not args.configuration:
+            results.append(_run_job(instance, build_venue_job.name, venue.key,
+                                    {"ops": {"raw_openreview_notes": {"config": {"refetch": args.refetch}}}}))
+            # The predictions need only their inputs: a failure elsewhere (a blocking gate of the slices) fails the
+            # build, not the predictions.
+            built = {e.asset_key for e in results[0].all_events if e.is_step_materialization}
+            inputs_built = predictions.dependency_keys <= built
+            if not inputs_built:
+                inputs = sorted(key.to_user_string() for key in predictions.dependency_keys)
+                _say(f"predictions not run: their inputs {inputs} were not all built")
+        if inputs_built:
+            for configuration in configurations:
+                _say(f"predictions of {venue.key} under configuration {configuration.name}")
+                results.append(_run_job(instance, predictions_job.name, prediction_key(venue.key, configuration.name)))
+            results.append(_run_job(instance, venue_results_job.name, venue.key))
     for line in lake.refresh_catalog().problems():
         _say(line)
     columns, rows = venue_summary(lake, venue.key)
     print(f"\nVenue {venue.key}: tables in {lake.root} (catalog {lake.catalog_path.name})\n")
     print(_format_table(columns, rows))
-    checks = result.get_asset_check_evaluations()
+    checks = [check for result in results for check in result.get_asset_check_evaluations()]
     failed = [f"{c.asset_key.to_user_string()}:{c.check_name}" for c in checks if not c.passed]
     print(f"\nasset checks: {len(checks) - len(failed)} passed, {len(failed)} failed {failed if failed else ''}")
-    if not result.success:
+    if not all(result.success for result in results):
         _say("the run failed; see the log above")
         return 1
     return 0
@@ -224,7 +290,7 @@ def cmd_venues_list(args: argparse.Namespace) -> int:
 def cmd_venues_add(args: argparse.Namespace) -> int:
     venue = Venue(
         key=args.venue_id, openreview_id=args.openreview_id or args.venue_id, source=args.source, seed=args.seed,
-        sample_size=args.sample_size, api_url=args.api_url, snapshot=args.snapshot,
+        sample_size=args.sample_size, api_url=args.api_url, snapshot=args.snapshot, api_version=args.api_version,
     )
     try:
         add_venue(Path(paths.registry_path()), venue)
@@ -242,6 +308,12 @@ def main(argv: list[str] | None = None) -> int:
     build = sub.add_parser("build", help="materialise the venue's asset graph (crawls live venues)")
     build.add_argument("venue", help="a venue key from venues.yaml, e.g. sample or ICLR.cc/2024/Conference")
     build.add_argument("--refetch", action="store_true", help="re-fetch forums already in the snapshot")
+    build.add_argument("--estimate", action="store_true",
+                       help="print the LLM calls, tokens and cost the build would make (ledger hits excluded, prices "
+                            "from models.yaml) per stage, role and model, without calling any model or building")
+    build.add_argument("--configuration", action="append", metavar="NAME",
+                       help="only the predictions of this configuration (configurations.yaml; repeatable) and the "
+                            "venue's results, for an already built venue: the other configurations are not recomputed")
     build.set_defaults(func=cmd_build)
 
     recover = sub.add_parser("recover", help="mark runs whose process is gone as failed, free their pool slots, "
@@ -263,7 +335,11 @@ def main(argv: list[str] | None = None) -> int:
     add.add_argument("--sample-size", type=int, default=None)
     add.add_argument("--api-url", default="https://api2.openreview.net")
     add.add_argument("--snapshot", help="snapshot folder (relative to venues.yaml) for --source snapshot")
+    add.add_argument("--api-version", type=int, choices=(1, 2), default=None,
+                     help="OpenReview API version (default: detected at the first build: before 2023 -> 1, else probed)")
     add.set_defaults(func=cmd_venues_add)
+    cli_arbitrate.register(sub)
+    cli_queue.register(sub)
 
     args = parser.parse_args(argv)
     try:

@@ -3,17 +3,23 @@
 import dagster as dg
 
 from assets import (
+    arbitration,
+    audit,
     claims,
     embeddings,
     forum_tables,
     ingestion,
+    labels,
     manuscript_pdfs,
     manuscripts,
+    predictions,
     reports,
     retrieval,
+    slices,
     verification,
 )
-from peerify_dagster.partitions import venue_partitions
+from peerify_dagster.partitions import configuration_partitions, prediction_key, prediction_partitions, venue_partitions
+from peerify_dagster.resources.decisions import DecisionLedger
 from peerify_dagster.resources.dagster_resources import (
     DocumentParserResource,
     EmbeddingResource,
@@ -21,19 +27,37 @@ from peerify_dagster.resources.dagster_resources import (
     LLMGatewayResource,
     OpenReviewResource,
     ParquetLakeIOManager,
+    PredictionConfigurationsResource,
     RetrievalResource,
     VenueRegistryResource,
 )
 
 all_assets = dg.load_assets_from_modules(
-    [ingestion, forum_tables, manuscript_pdfs, manuscripts, embeddings, claims, retrieval, verification, reports]
+    [ingestion, forum_tables, manuscript_pdfs, manuscripts, embeddings, claims, labels, arbitration, audit, slices,
+     retrieval, verification, predictions, reports]
 )
 
+# A job runs one partitions definition, so a venue is built in three steps (`peerify build` runs them in order):
+# the venue's graph up to the predictions' inputs, the predictions of each of its configurations (one run per venue x
+# configuration partition), then the venue's results that read every built configuration.
+PREDICTIONS = dg.AssetSelection.assets("predictions")
 build_venue_job = dg.define_asset_job(
     "build_venue",
-    selection=dg.AssetSelection.all(),
+    selection=dg.AssetSelection.all() - PREDICTIONS.downstream(),
     partitions_def=venue_partitions,
-    description="Materialise the whole venue-partitioned asset graph for one venue.",
+    description="Materialise the venue-partitioned asset graph for one venue, up to the predictions' inputs.",
+)
+predictions_job = dg.define_asset_job(
+    "venue_predictions",
+    selection=PREDICTIONS,
+    partitions_def=prediction_partitions,
+    description="Predictions of one configuration (configurations.yaml) for one venue.",
+)
+venue_results_job = dg.define_asset_job(
+    "venue_results",
+    selection=PREDICTIONS.downstream() - PREDICTIONS,
+    partitions_def=venue_partitions,
+    description="The venue's results over every configuration built for it (reports).",
 )
 
 REFRESH_RUN_CONFIG = {"ops": {"raw_openreview_notes": {"config": {"refetch": True}}}}
@@ -75,6 +99,88 @@ def catalog_refresh_sensor(context: dg.RunStatusSensorContext, lake: LakeResourc
         context.log.warning(line)
 
 
+PREDICTION_INPUTS = dg.AssetKey("retrieval_runs")  # rebuilt by every venue build: predictions older than it are stale
+
+
+def _latest(instance: dg.DagsterInstance, asset: str | dg.AssetKey, partition: str):
+    records = instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=dg.AssetKey(asset) if isinstance(asset, str) else asset,
+                              asset_partitions=[partition]), limit=1).records
+    return records[0] if records else None
+
+
+def stale_predictions(instance: dg.DagsterInstance, venue: str, configurations) -> list[str]:
+    """The configurations of a built venue whose predictions partition is missing, was built from another
+    definition (configuration hash), or is older than the venue's retrieval runs."""
+    inputs = _latest(instance, PREDICTION_INPUTS, venue)
+    if inputs is None:
+        return []  # the venue is not built: its build runs its configurations
+    stale = []
+    for configuration in configurations:
+        built = _latest(instance, "predictions", str(prediction_key(venue, configuration.name)))
+        built_from = built and built.asset_materialization.metadata.get(predictions.CONFIGURATION_HASH)
+        if built is None or built_from is None or built_from.value != configuration.content_hash() \
+                or built.storage_id < inputs.storage_id:
+            stale.append(configuration.name)
+    return stale
+
+
+@dg.sensor(jobs=[predictions_job, venue_results_job], minimum_interval_seconds=30,
+           default_status=dg.DefaultSensorStatus.RUNNING)
+def configurations_sensor(context: dg.SensorEvaluationContext,
+                          prediction_configurations: PredictionConfigurationsResource):
+    """Adds the configurations of configurations.yaml as partitions, and for every built venue runs the
+    predictions of each of its configurations that is new, changed or older than the venue's retrieval runs, one run
+    per partition; once a venue's predictions are current, re-runs its results if a prediction is newer."""
+    configurations = prediction_configurations.load()
+    known = set(context.instance.get_dynamic_partitions(configuration_partitions.name))
+    new = [name for name in configurations.configurations if name not in known]
+    if new:  # the runs below need the partitions to exist first: they are requested at the next evaluation
+        return dg.SensorResult(dynamic_partitions_requests=[configuration_partitions.build_add_request(new)])
+    requests = []
+    for venue in context.instance.get_dynamic_partitions(venue_partitions.name):
+        chosen = configurations.for_venue(venue)
+        stale = stale_predictions(context.instance, venue, chosen)
+        inputs = _latest(context.instance, PREDICTION_INPUTS, venue)
+        requests += [dg.RunRequest(job_name=predictions_job.name, partition_key=str(prediction_key(venue, name)),
+                                   run_key=f"predictions:{venue}:{name}:{configurations.get(name).content_hash()}:"
+                                           f"{inputs.storage_id}") for name in stale]
+        if stale or inputs is None:
+            continue
+        built = [_latest(context.instance, "predictions", str(prediction_key(venue, c.name))) for c in chosen]
+        newest = max((record.storage_id for record in built if record), default=0)
+        report = _latest(context.instance, "venue_report", venue)
+        if report is None or report.storage_id < newest:
+            requests.append(dg.RunRequest(job_name=venue_results_job.name, partition_key=venue,
+                                          run_key=f"results:{venue}:{newest}"))
+    return requests or dg.SkipReason("every built venue's predictions and results are current")
+
+
+# The assets that read a human decisions ledger when they run, by the ledger they read.
+LEDGER_READERS = {"arbitration": dg.AssetKey("canonical_labels"), "audit": dg.AssetKey("human_audit")}
+
+
+@dg.sensor(asset_selection=list(LEDGER_READERS.values()), minimum_interval_seconds=30,
+           default_status=dg.DefaultSensorStatus.RUNNING)
+def human_decisions_sensor(context: dg.SensorEvaluationContext, lake: LakeResource):
+    """Re-materialises, per venue, the asset that reads a decisions ledger (canonical_labels: arbitration;
+    human_audit: the audit) when that ledger has grown since the asset's last materialisation (metadata
+    `ledger_lines`): a new human decision marks only that venue's asset stale. Assets never built are left to
+    their build."""
+    requests = []
+    for venue in context.instance.get_dynamic_partitions(venue_partitions.name):
+        for kind, asset_key in LEDGER_READERS.items():
+            latest = _latest(context.instance, asset_key, venue)
+            if latest is None:
+                continue
+            built_from = latest.asset_materialization.metadata.get("ledger_lines")
+            lines = DecisionLedger(lake.lake().root, venue, kind).line_count()
+            if built_from is None or lines > built_from.value:
+                requests.append(dg.RunRequest(partition_key=venue, asset_selection=[asset_key],
+                                              run_key=f"{asset_key.to_user_string()}:{venue}:{lines}"))
+    return requests or dg.SkipReason("no decisions ledger has new lines")
+
+
 def build_resources(lake_root: str | None = None, **overrides) -> dict:
     """The graph's resources; `lake_root=None` means PEERIFY_LAKE (read when a run opens the lake), else data_lake/."""
     resources = {
@@ -85,6 +191,7 @@ def build_resources(lake_root: str | None = None, **overrides) -> dict:
         "document_parser": DocumentParserResource(),
         "embedding_model": EmbeddingResource(),
         "retrieval": RetrievalResource(),
+        "prediction_configurations": PredictionConfigurationsResource(),
         "llm": LLMGatewayResource(),
     }
     resources.update(overrides)
@@ -93,8 +200,8 @@ def build_resources(lake_root: str | None = None, **overrides) -> dict:
 
 defs = dg.Definitions(
     assets=all_assets,
-    jobs=[build_venue_job],
-    sensors=[venue_registry_sensor, catalog_refresh_sensor],
+    jobs=[build_venue_job, predictions_job, venue_results_job],
+    sensors=[venue_registry_sensor, catalog_refresh_sensor, human_decisions_sensor, configurations_sensor],
     schedules=[venue_refresh_schedule],
     resources=build_resources(),
 )

@@ -21,3 +21,8 @@ def lake_root() -> str:
 def registry_path() -> str:
     """The venue registry: PEERIFY_VENUES, else `venues.yaml` in the repository."""
     return os.environ.get("PEERIFY_VENUES") or str(REPO_ROOT / "venues.yaml")
+
+
+def configurations_path() -> str:
+    """The prediction configurations: PEERIFY_CONFIGURATIONS, else `configurations.yaml` in the repository."""
+    return os.environ.get("PEERIFY_CONFIGURATIONS") or str(REPO_ROOT / "configurations.yaml")

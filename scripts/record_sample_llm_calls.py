@@ -1,12 +1,17 @@
-"""Regenerate the sample venue's recorded LLM calls from a live build with the configured models.
+"""Regenerate the sample venue's recorded LLM calls from a build with the configured models.
 
-    .venv/bin/python scripts/record_sample_llm_calls.py [--output FILE] [--keep-lake DIR]
+    .venv/bin/python scripts/record_sample_llm_calls.py [--output FILE] [--keep-lake DIR] [--fresh]
 
-Builds the whole asset graph for the `sample` venue in a temporary lake with no recording installed, so every
-LLM call is made (offline profile: SmolLM2 on this machine's CPU, several minutes on 2 cores), then writes
-every successful call of that build's ledger to the venue's recording (default: the `llm_recording` file that
-venues.yaml names for `sample`). `make demo` answers those calls from the recording; tests/test_llm_recording.py
-fails when the current prompts, models or inputs would make a call the recording lacks.
+Builds the `sample` venue's LLM steps (and what they need) in a temporary lake. Incremental by default: the current
+recording is installed in that lake first, so every call whose call id it holds (same model, prompt file, rendered
+messages and decoding) is answered from it and only new or changed calls are made live (offline profile: SmolLM2 on
+this machine's CPU); `--fresh` makes every call again. Then writes the lake's successful calls made with the prompt
+files as they are now (a call of an edited prompt can never be answered again, so it drops out; `--fresh` also drops
+calls whose inputs changed) to the venue's recording (default: the `llm_recording` file that venues.yaml names for
+`sample`). Calls are not chosen by the ids the tables reference: some calls a build makes are referenced by no row
+(e.g. a PaperSourced claim whose rephrasing was unusable) and a replay needs them too. `make demo` answers the
+recorded calls; tests/test_llm_recording.py fails when the current prompts, models or inputs would make a call the
+recording lacks.
 """
 
 from __future__ import annotations
@@ -26,12 +31,19 @@ import dagster as dg  # noqa: E402
 
 from peerify_dagster import paths  # noqa: E402
 from peerify_dagster.definitions import build_resources, defs  # noqa: E402
+from peerify_dagster.partitions import configuration_partitions, prediction_key  # noqa: E402
+from peerify_dagster.resources.dagster_resources import PredictionConfigurationsResource  # noqa: E402
 from peerify_dagster.domain.venues import load_registry  # noqa: E402
 from peerify_dagster.partitions import venue_partitions  # noqa: E402
 from peerify_dagster.resources.dagster_resources import VenueRegistryResource  # noqa: E402
-from peerify_dagster.resources.llm_recording import write_recording  # noqa: E402
+from assets.verification import CALL_ID_COLUMNS  # noqa: E402
+from peerify_dagster.domain.prompts import available_prompts, template_hash  # noqa: E402
+from peerify_dagster.resources.llm_gateway import CallLedger  # noqa: E402
+from peerify_dagster.resources.llm_recording import install_recording, write_recording  # noqa: E402
 
 VENUE = "sample"
+# The venue's steps that call a model, and everything they and the predictions read.
+LLM_STEPS = dg.AssetSelection.assets(*CALL_ID_COLUMNS, "retrieval_runs").upstream().required_multi_asset_neighbors()
 
 
 def live_registry(folder: Path) -> Path:
@@ -47,12 +59,21 @@ def live_registry(folder: Path) -> Path:
     return path
 
 
+def current_prompt_calls(lake: Path) -> set[str]:
+    """Successful calls of the lake's ledger whose prompt file is unchanged since the call."""
+    ledger = CallLedger(lake)
+    current = {prompt_id: template_hash(prompt_id) for prompt_id in available_prompts()}
+    return {call_id for call_id in ledger.successful_call_ids()
+            if (row := ledger.lookup(call_id)) and current.get(row["prompt_id"]) == row["prompt_hash"]}
+
+
 def main(argv: list[str] | None = None) -> int:
     registry = load_registry(Path(paths.registry_path()))
     default_output = Path(paths.registry_path()).parent / (registry[VENUE].llm_recording or "")
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--output", type=Path, default=default_output, help="recording file to (re)write")
     parser.add_argument("--keep-lake", type=Path, help="build in this folder and keep it (default: a temporary one)")
+    parser.add_argument("--fresh", action="store_true", help="make every call again instead of reusing the recording")
     arguments = parser.parse_args(argv)
     if arguments.output == Path(paths.registry_path()).parent:
         parser.error(f"venue {VENUE!r} names no llm_recording in {paths.registry_path()}; pass --output")
@@ -66,16 +87,25 @@ def main(argv: list[str] | None = None) -> int:
         instance.add_dynamic_partitions(venue_partitions.name, [VENUE])
         registry = VenueRegistryResource(path=str(live_registry(Path(scratch))))
         resources = build_resources(str(lake), venue_registry=registry)
+        if not arguments.fresh and arguments.output.exists():
+            install_recording(lake, arguments.output)
         started = time.monotonic()
-        result = dg.materialize(list(defs.assets), instance=instance, partition_key=VENUE, resources=resources,
-                                raise_on_error=False)
+        result = dg.materialize(list(defs.assets), selection=LLM_STEPS, instance=instance, partition_key=VENUE,
+                                resources=resources, raise_on_error=False)
+        # Then the predictions of the configurations `make demo` builds for the sample (configurations.yaml).
+        configurations = [c.name for c in PredictionConfigurationsResource().load().for_venue(VENUE)]
+        instance.add_dynamic_partitions(configuration_partitions.name, configurations)
+        predicted = [dg.materialize(list(defs.assets), selection=["predictions"], instance=instance,
+                                    partition_key=prediction_key(VENUE, name), resources=resources,
+                                    raise_on_error=False) for name in configurations]
         seconds = time.monotonic() - started
-        if not result.success:
+        if not result.success or not all(run.success for run in predicted):
+            result = next(run for run in [result, *predicted] if not run.success)
             failed = [e.step_key for e in result.all_events if e.is_step_failure]
             print(f"the build of {VENUE} failed (steps {failed}); the recording was not written", file=sys.stderr)
             return 1
-        calls = write_recording(lake, arguments.output)
-    print(f"{calls} calls recorded into {arguments.output} (live build: {seconds:.0f} s)")
+        calls = write_recording(lake, arguments.output, current_prompt_calls(lake))
+    print(f"{calls} calls recorded into {arguments.output} (build: {seconds:.0f} s)")
     return 0
 
 

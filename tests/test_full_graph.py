@@ -1,5 +1,6 @@
-"""The whole asset graph on the sample venue (what `make demo` builds), and the same graph
-on a copy of the sample whose PDFs were replaced by encrypted, image-only and zero-page files."""
+"""The whole asset graph on the sample venue (what `make demo` builds: the venue graph, the predictions of a
+configuration, the report), and the same graph on a copy of the sample whose PDFs were replaced by encrypted,
+image-only and zero-page files."""
 
 from __future__ import annotations
 
@@ -15,9 +16,14 @@ import pytest
 from peerify_dagster.domain.labels import LABELS
 from peerify_dagster.resources.lake import Lake
 from tests.fixtures_pdf import encrypted_paper, image_only_paper, zero_page_pdf
-from tests.support import SAMPLE, materialise, materialization_metadata, sample_registry
+from tests.support import SAMPLE, materialise, materialise_predictions, materialization_metadata, sample_registry
 
-WITHOUT_LLM = dg.AssetSelection.all() - dg.AssetSelection.groups("verification", "reports")
+WITHOUT_LLM = dg.AssetSelection.all() - dg.AssetSelection.groups("verification", "predictions", "reports")
+# The local model verifies the claims whose label retrieval_queries knows (a few minutes on 2 cores), not every
+# review claim.
+CONFIGURATION = "hybrid-top3"
+CONFIGURATIONS = (f"configurations:\n  {CONFIGURATION}: {{verifier: verifiers, mode: rag, retriever: hybrid, k: 3, "
+                  "claims: [PaperSourced, AnswerKey]}\n")
 SHIPPED_RECORDING = SAMPLE.parent / "llm_recording.parquet"
 
 
@@ -30,24 +36,35 @@ def claim_stage_recording(folder: Path) -> Path:
     return path
 
 
+def build(registry: Path, lake: Path, instance: dg.DagsterInstance) -> tuple[dg.ExecuteInProcessResult, ...]:
+    venue = materialise("sample", registry, lake, instance)
+    return venue, *materialise_predictions("sample", [CONFIGURATION], registry, lake, instance)
+
+
 @pytest.fixture(scope="module")
 def sample_graph(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("graph")
     registry = sample_registry(tmp, llm_recording=str(claim_stage_recording(tmp)))
     instance = dg.DagsterInstance.ephemeral()
-    first = materialise("sample", registry, tmp / "lake", instance)
-    tables = {t: Lake(tmp / "lake").read_table(t, "sample")
-              for t in ("chunks", "chunk_embeddings", "retrieval_runs", "evidence_verifications")}
-    second = materialise("sample", registry, tmp / "lake", instance)
-    return first, second, tables, Lake(tmp / "lake")
+    with pytest.MonkeyPatch.context() as env:
+        (tmp / "configurations.yaml").write_text(CONFIGURATIONS)
+        env.setenv("PEERIFY_CONFIGURATIONS", str(tmp / "configurations.yaml"))
+        first = build(registry, tmp / "lake", instance)
+        lake = Lake(tmp / "lake")
+        tables = {t: lake.read_table(t, "sample") for t in ("chunks", "chunk_embeddings", "retrieval_runs")}
+        tables["predictions"] = lake.read_table("predictions", f"{CONFIGURATION}|sample")
+        second = build(registry, tmp / "lake", instance)
+    return first, second, tables, lake
 
 
-def test_full_graph_succeeds_with_every_check_passing(sample_graph):
+def test_full_graph_succeeds_with_every_check_passing_but_the_label_share_warning(sample_graph):
     first, _, _, lake = sample_graph
-    assert first.success
-    evaluations = first.get_asset_check_evaluations()
+    assert all(result.success for result in first)
+    evaluations = [e for result in first for e in result.get_asset_check_evaluations()]
     assert len(evaluations) >= 20
-    assert [e.check_name for e in evaluations if not e.passed] == []
+    # SmolLM2's labellers answer Supported to nearly every manuscript claim: the warning says so (as in `make demo`).
+    failed = [(e.check_name, e.severity) for e in evaluations if not e.passed]
+    assert set(failed) <= {("label_distribution_within_bounds", dg.AssetCheckSeverity.WARN)}
     assert {"parsed_manuscripts", "chunks", "chunk_stats", "chunk_embeddings", "retrieval_runs",
             "retrieval_metrics"} <= set(lake.tables())
 
@@ -56,7 +73,8 @@ def test_every_column_of_every_table_has_a_description(sample_graph):
     """The UI's column schema: each column of each asset the sample build writes says what it means."""
     first, _, _, _ = sample_graph
     schemas = {e.asset_key.to_user_string(): e.event_specific_data.materialization.metadata["dagster/column_schema"]
-               for e in first.all_events if e.is_step_materialization}
+               for result in first for e in result.all_events if e.is_step_materialization}
+    assert "predictions" in schemas and "venue_report" in schemas
     assert len(schemas) >= 25
     undescribed = [f"{table}.{column.name}" for table, schema in schemas.items() for column in schema.value.columns
                    if not (column.description or "").strip()]
@@ -89,11 +107,12 @@ def test_chunks_and_stats(sample_graph):
 
 def test_rebuild_embeds_nothing_calls_no_model_and_is_identical(sample_graph):
     _, second, first_tables, lake = sample_graph
-    assert second.success
-    assert materialization_metadata(second, "chunk_embeddings", "embedded") == [0]  # all from the text-hash cache
-    assert materialization_metadata(second, "evidence_verifications", "calls_made") == [0]  # all from the ledger
+    assert all(result.success for result in second)
+    assert materialization_metadata(second[0], "chunk_embeddings", "embedded") == [0]  # all from the text-hash cache
+    assert materialization_metadata(second[1], "predictions", "calls_made") == [0]  # all from the ledger
     for table, frame in first_tables.items():
-        assert lake.read_table(table, "sample").equals(frame), table
+        partition = f"{CONFIGURATION}|sample" if table == "predictions" else "sample"
+        assert lake.read_table(table, partition).equals(frame), table
     vectors = first_tables["chunk_embeddings"]["embedding"].to_numpy()
     assert vectors.shape[1] == 384
     assert abs(float((vectors[0] ** 2).sum()) - 1.0) < 1e-4
@@ -159,11 +178,11 @@ def test_unparseable_pdfs_are_recorded_and_the_rest_completes(tmp_path):
 def test_local_model_verifies_every_claim_with_evidence(sample_graph):
     """The offline profile: the packaged SmolLM2 served by llama.cpp on loopback, started and stopped by the run."""
     first, _, tables, lake = sample_graph
-    rows = tables["evidence_verifications"]
+    rows = tables["predictions"]
     chunked = set(tables["chunks"]["paper_id"])
-    queries = lake.read_table("retrieval_queries", "sample")
-    assert rows.height == queries.filter(pl.col("paper_id").is_in(chunked)).height
-    assert set(rows["verifier"]) == {"smollm2-135m"}
+    queries = lake.read_table("retrieval_queries", "sample").filter(pl.col("source") != "review")
+    assert rows.height == queries.height == queries.filter(pl.col("paper_id").is_in(chunked)).height
+    assert set(rows["verifier"]) == {"smollm2-135m"} and set(rows["status"]) == {"ok"}
     parsed = rows.filter(pl.col("parse_ok"))
     # json_schema constrained decoding: the answers parse, so an all-unparsed run is a failure, not a vacuous pass.
     assert parsed.height >= 1 and parsed["label"].is_in(list(LABELS)).all()
@@ -171,15 +190,15 @@ def test_local_model_verifies_every_claim_with_evidence(sample_graph):
     _, ledger = lake.query("select count(distinct call_id), min(model), max(model) from llm_calls "
                            "where error is null and role = 'verifiers'")
     assert ledger[0] == (rows.height, "smollm2-135m", "smollm2-135m")
-    usage = lake.read_table("llm_usage", "sample").row(0, named=True)
-    assert usage["calls"] == rows.height and usage["tokens_in"] > 0 and usage["cost_usd"] == 0.0
-    assert materialization_metadata(first, "evidence_verifications", "calls_made") == [rows.height]
+    assert (rows["tokens_in"] > 0).all()
+    assert materialization_metadata(first[1], "predictions", "calls_made") == [rows.height]
 
 
 def test_venue_report_writes_png_figures(sample_graph):
     _, _, _, lake = sample_graph
     report = lake.read_table("venue_report", "sample")
-    assert set(report["figure"]) == {"retrieval_metrics.png", "chunk_words.png", "verifier_smollm2-135m.png"}
+    assert set(report["figure"]) == {"retrieval_metrics.png", "chunk_words.png",
+                                     f"verifier_smollm2-135m_{CONFIGURATION}.png"}
     for path in report["path"]:
         data = Path(path).read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000

@@ -15,12 +15,19 @@ import polars as pl
 import pytest
 
 from peerify_dagster.domain.gold_evidence import load_claim_key
-from peerify_dagster.domain.verification import plan_verifications
+from peerify_dagster.domain import predictions as pred
 from peerify_dagster.resources.lake import Lake
 from peerify_dagster.resources.openreview import MalformedSnapshotFile, OpenReviewCrawler, SnapshotReader, make_client
 from peerify_dagster.testing.openai_server import ScriptedOpenAIServer
 from peerify_dagster.testing.openreview_server import FakeOpenReviewServer
-from tests.support import SAMPLE, SAMPLE_DIR, materialise, materialization_metadata, sample_registry
+from tests.support import (
+    SAMPLE,
+    SAMPLE_DIR,
+    materialise,
+    materialise_predictions,
+    materialization_metadata,
+    sample_registry,
+)
 from tests.test_verification_assets import models_file
 
 CLAIMS_PER_PAPER = Counter(r["paper_id"] for r in load_claim_key(SAMPLE_DIR / "claim_key.yaml"))
@@ -96,9 +103,11 @@ def test_claims_are_emitted_only_for_papers_in_the_venue(tmp_path):
                          dg.DagsterInstance.ephemeral(), selection("retrieval_queries", "raw_openreview_notes"))
     assert result.success
     queries = Lake(tmp_path / "lake").read_table("retrieval_queries", "sample")
-    # PaperSourced claims come only from chunked papers of the venue too (Tc9vPe5XmS has no PDF).
+    # PaperSourced claims come only from chunked papers of the venue too (Tc9vPe5XmS has no PDF); review claims come
+    # from the venue's reviews, whether or not the paper has a manuscript (their predictions say no_manuscript).
     assert queries.filter(pl.col("source") == "answer_key").height == 14
-    assert set(queries["paper_id"]) == {"Rk7bWq2NzA"}
+    assert set(queries.filter(pl.col("source") != "review")["paper_id"]) == {"Rk7bWq2NzA"}
+    assert set(queries["paper_id"]) <= {"Rk7bWq2NzA", "Tc9vPe5XmS"}
     assert materialization_metadata(result, "retrieval_queries", "claims_not_in_venue") == [33]
     assert materialization_metadata(result, "retrieval_queries", "papers_not_in_venue") == [
         ["Hp4sLx9TcV", "Wn6yBq3JhU", "Zd2fGm8KrE"]]
@@ -115,28 +124,36 @@ def truncated_build(tmp_path_factory, caller_environment_ignored):
     snapshot = snapshot_copy(tmp)
     pdf = snapshot / "pdfs" / f"{TRUNCATED}.pdf"
     pdf.write_bytes(pdf.read_bytes()[: pdf.stat().st_size // 2])
+    configurations = tmp / "configurations.yaml"
+    configurations.write_text("configurations:\n  keyed: {verifier: verifiers, mode: rag, retriever: hybrid, k: 3, "
+                              "claims: [PaperSourced, AnswerKey]}\n")
     with ScriptedOpenAIServer() as server:
         caller_environment_ignored.setenv("PEERIFY_MODELS_FILE", str(models_file(tmp, server.base_url)))
         caller_environment_ignored.setenv("LOOPBACK_API_KEY", "test-key")
-        result = materialise("sample", sample_registry(tmp, snapshot), tmp / "lake", dg.DagsterInstance.ephemeral(),
-                             selection("evidence_verifications", "retrieval_metrics", "ingest_errors"))
-        yield result, Lake(tmp / "lake"), server.request_count
+        caller_environment_ignored.setenv("PEERIFY_CONFIGURATIONS", str(configurations))
+        instance, registry = dg.DagsterInstance.ephemeral(), sample_registry(tmp, snapshot)
+        result = materialise("sample", registry, tmp / "lake", instance,
+                             selection("retrieval_runs", "retrieval_metrics", "ingest_errors"))
+        [predicted, _] = materialise_predictions("sample", ["keyed"], registry, tmp / "lake", instance)
+        yield result, Lake(tmp / "lake"), server.request_count, predicted
 
 
 def test_truncated_pdf_is_named_in_ingest_errors(truncated_build):
-    result, lake, _ = truncated_build
+    result, lake, _, _ = truncated_build
     assert result.success
     errors = lake.read_table("ingest_errors", "sample").filter(pl.col("forum_id") == TRUNCATED)
     assert errors.select("stage", "reason").rows() == [("pdf", "truncated_pdf")]
 
 
 def test_claims_without_manuscript_keep_their_rows_and_make_no_call(truncated_build):
-    _, lake, requests = truncated_build
-    runs = lake.read_table("retrieval_runs", "sample")
+    _, lake, requests, predicted = truncated_build
+    assert predicted.success
+    queries = lake.read_table("retrieval_queries", "sample").filter(pl.col("source") != "review")
+    runs = lake.read_table("retrieval_runs", "sample").filter(pl.col("claim_id").is_in(queries["claim_id"]))
     no_chunks = runs.filter(pl.col("status") == "no_chunks")
     assert no_chunks.height == 13 * 3 and set(no_chunks["paper_id"]) == {TRUNCATED}
-    rows = lake.read_table("evidence_verifications", "sample")
-    assert rows.height == 47  # every claim of the venue, one verifier
+    rows = lake.read_table("predictions", "keyed|sample")
+    assert rows.height == 47  # every answer-key and PaperSourced claim of the venue, one verifier
     lost = rows.filter(pl.col("status") == "no_manuscript")
     assert lost.height == 13 and set(lost["paper_id"]) == {TRUNCATED}
     assert lost["label"].null_count() == lost["call_id"].null_count() == lost["parse_ok"].null_count() == 13
@@ -151,7 +168,7 @@ def test_claims_without_manuscript_keep_their_rows_and_make_no_call(truncated_bu
 
 
 def test_metrics_count_claims_without_manuscript_as_misses(truncated_build):
-    _, lake, _ = truncated_build
+    _, lake, _, predicted = truncated_build
     queries = lake.read_table("retrieval_queries", "sample")
     with_evidence = queries.filter(pl.col("evidence_sentence").is_not_null())
     lost = with_evidence.filter(pl.col("paper_id") == TRUNCATED).height
@@ -163,7 +180,7 @@ def test_metrics_count_claims_without_manuscript_as_misses(truncated_build):
     # The 10 lost claims score 0, so no metric can exceed the share of claims that were scored at all.
     for column in ("recall@1", "recall@5", "recall@10", "ndcg@10", "mrr@10"):
         assert (metrics[column] <= 25 / 35 + 1e-9).all(), column
-    assert materialization_metadata(truncated_build[0], "evidence_verifications", "claims_without_manuscript") == [13]
+    assert materialization_metadata(predicted, "predictions", "rows_by_status") == [{"ok": 34, "no_manuscript": 13}]
 
 
 # --- 4. forum files of the wrong shape ------------------------------------------------------------------
@@ -237,8 +254,9 @@ def test_submission_list_of_the_wrong_shape_is_named(tmp_path):
 # --- which claims a verifier is asked about -----------------------------------------------------------
 
 
-def test_plan_verifications_gives_every_claim_a_status():
-    claims = [{"claim_id": c, "paper_id": p} for c, p in (("c1", "A"), ("c2", "A"), ("c3", "B"), ("c4", "A"))]
+def test_plan_predictions_gives_every_claim_a_status():
+    claims = [{"claim_id": c, "paper_id": p, "source": pred.SOURCE_REVIEW}
+              for c, p in (("c1", "A"), ("c2", "A"), ("c3", "B"), ("c4", "A"))]
     runs = [
         {"claim_id": "c1", "retriever": "hybrid", "rank": 2, "chunk_id": "A:2", "status": "ok", "error": None},
         {"claim_id": "c1", "retriever": "hybrid", "rank": 1, "chunk_id": "A:1", "status": "ok", "error": None},
@@ -248,7 +266,9 @@ def test_plan_verifications_gives_every_claim_a_status():
         {"claim_id": "c3", "retriever": "hybrid", "rank": None, "chunk_id": None, "status": "no_chunks", "error": None},
         {"claim_id": "c4", "retriever": "hybrid", "rank": None, "chunk_id": None, "status": "error", "error": "boom"},
     ]
-    planned = plan_verifications(claims, runs, {"A"}, "hybrid", evidence_k=3)
+    chunks = {"A": [("A:1", "a"), ("A:2", "b"), ("A:4", "c")]}
+    hybrid = pred.Configuration("c", "verifiers", pred.MODE_RAG, "hybrid", 3)
+    planned = pred.plan_predictions(hybrid, claims, runs, chunks)
     assert [(p.claim["claim_id"], p.status, p.evidence_chunk_ids, p.reason) for p in planned] == [
         ("c1", "ok", ["A:1", "A:2"], None),
         ("c2", "no_evidence", [], "retriever hybrid gave no passages (no_hits)"),
@@ -257,6 +277,7 @@ def test_plan_verifications_gives_every_claim_a_status():
     ]
     unavailable = [{"claim_id": None, "retriever": "hybrid+rerank", "rank": None, "chunk_id": None,
                     "status": "unavailable", "error": "needs a cross-encoder"}]
-    [plan] = plan_verifications(claims[:1], unavailable, {"A"}, "hybrid+rerank", evidence_k=3)
+    reranked = pred.Configuration("c", "verifiers", pred.MODE_RAG, "hybrid+rerank", 3)
+    [plan] = pred.plan_predictions(reranked, claims[:1], unavailable, chunks)
     assert plan.status == "no_evidence"
     assert plan.reason == "retriever hybrid+rerank gave no passages (unavailable: needs a cross-encoder)"

@@ -200,11 +200,11 @@ def test_extract_json_object_rejects_answers_without_an_object(text: str) -> Non
 
 def test_schema_validation_reports_type_required_enum_and_items() -> None:
     schema = OUTPUT_SCHEMAS["manuscript_label"]
-    assert validate_against_schema({"label": "Supported", "evidence_ids": ["c1"], "justification": "j"}, schema) == []
-    problems = validate_against_schema({"label": "Maybe", "evidence_ids": ["c1", 3]}, schema)
+    assert validate_against_schema({"label": "Supported", "evidence_quotes": ["q"], "justification": "j"}, schema) == []
+    problems = validate_against_schema({"label": "Maybe", "evidence_quotes": ["q", 3]}, schema)
     assert any("missing required key 'justification'" in p for p in problems)
     assert any("'Maybe' is not one of" in p for p in problems)
-    assert any("$.evidence_ids[1]: expected string" in p for p in problems)
+    assert any("$.evidence_quotes[1]: expected string" in p for p in problems)
     claims_problems = validate_against_schema({"claims": "x"}, OUTPUT_SCHEMAS["claim_list"])
     assert claims_problems == ["$.claims: expected array, got str"]
 
@@ -212,10 +212,10 @@ def test_schema_validation_reports_type_required_enum_and_items() -> None:
 @pytest.mark.parametrize(
     ("raw", "label", "parse_ok"),
     [
-        ('{"label": "Contradicted", "justification": "x"}', "Not Supported", True),
-        ('{"label": "undetermined", "justification": "x"}', "Not Determined", True),
-        ('{"label": "Partially_Supported", "justification": "x"}', "Partially Supported", True),
-        ('{"label": "Maybe", "justification": "x"}', None, False),
+        ('{"label": "Contradicted", "evidence_quotes": [], "justification": "x"}', "Not Supported", True),
+        ('{"label": "undetermined", "evidence_quotes": [], "justification": "x"}', "Not Determined", True),
+        ('{"label": "Partially_Supported", "evidence_quotes": [], "justification": "x"}', "Partially Supported", True),
+        ('{"label": "Maybe", "evidence_quotes": [], "justification": "x"}', None, False),
         ('{"label": "Supported"}', None, False),
         ("It is supported.", None, False),
     ],
@@ -230,7 +230,7 @@ def test_parse_answer_normalises_labels_and_never_invents_one(raw: str, label: s
 def test_strict_schema_closes_objects_for_openai() -> None:
     strict = strict_json_schema(OUTPUT_SCHEMAS["manuscript_label"])
     assert strict["additionalProperties"] is False
-    assert set(strict["required"]) == {"label", "evidence_ids", "justification"}
+    assert set(strict["required"]) == {"label", "evidence_quotes", "justification"}
     assert "additionalProperties" not in OUTPUT_SCHEMAS["manuscript_label"]
 
 
@@ -446,12 +446,12 @@ def test_empty_ledger_is_readable_as_a_table_with_every_column(
 def test_anthropic_structured_output_uses_a_forced_tool(
     tmp_path: Path, models_file: Path, env: dict[str, str], anthropic_server: ScriptedAnthropicServer
 ) -> None:
-    anthropic_server.responder = json_answer({"label": "contradicted", "justification": "Table 5 exists."})
+    anthropic_server.responder = json_answer({"label": "contradicted", "evidence_quotes": [], "justification": "Table 5 exists."})
     with make_gateway(tmp_path / "lake", models_file, env) as gateway:
         result = gateway.call("labeller_b", "label_rebuttal", CLAIM)
     sent = anthropic_server.requests[0]
     assert sent["tool_choice"] == {"type": "tool", "name": sent["tools"][0]["name"]}
-    assert sent["system"].startswith("You check claims")
+    assert sent["system"].startswith("You check a claim")
     assert [m["role"] for m in sent["messages"]] == ["user"]
     assert sent["max_tokens"] == 300 and sent["temperature"] == 0.0
     headers = anthropic_server.request_headers[0]
@@ -604,7 +604,7 @@ def test_refresh_calls_again_and_appends_a_new_segment(
     with make_gateway(lake, models_file, env) as gateway:
         gateway.call("labeller_a", "label_rebuttal", CLAIM)
     before = {path: path.read_bytes() for path in (lake / "llm_calls").glob("*.parquet")}
-    openai_server.responder = json_answer({"label": "Supported", "justification": "second opinion"})
+    openai_server.responder = json_answer({"label": "Supported", "evidence_quotes": [], "justification": "second opinion"})
     with make_gateway(lake, models_file, env, cache_mode="refresh") as gateway:
         refreshed = gateway.call("labeller_a", "label_rebuttal", CLAIM)
     assert not refreshed.cached and openai_server.request_count == 2
@@ -656,7 +656,7 @@ def test_map_keeps_order_isolates_bad_items_and_reports_progress(
     tmp_path: Path, models_file: Path, env: dict[str, str], openai_server: ScriptedOpenAIServer
 ) -> None:
     openai_server.responder = lambda request: json.dumps(
-        {"label": "Supported", "justification": request["messages"][1]["content"].split("\n")[1]}
+        {"label": "Supported", "evidence_quotes": [], "justification": request["messages"][1]["content"].split("\n")[1]}
     )
     items = [dict(CLAIM, claim=f"Claim {i}.") for i in range(5)]
     items[2] = {"claim": "no author response"}
@@ -685,7 +685,7 @@ def test_map_runs_up_to_max_concurrency_and_no_more(
         both_in_flight.wait()  # raises BrokenBarrierError unless a second request runs alongside
         with lock:
             in_flight[0] -= 1
-        return json.dumps({"label": "Supported", "justification": "ok"})
+        return json.dumps({"label": "Supported", "evidence_quotes": [], "justification": "ok"})
 
     openai_server.responder = responder
     items = [dict(CLAIM, claim=f"Claim {i}.") for i in range(6)]

@@ -11,13 +11,19 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from peerify_dagster.domain.predictions import load_configurations
+from peerify_dagster.paths import REPO_ROOT
 from peerify_dagster.resources.lake import Lake
 from peerify_dagster.resources.llm_gateway import CallLedger
+from peerify_dagster.resources.llm_gateway.registry import ModelRegistry
 from peerify_dagster.resources.llm_recording import RecordingError, install_recording
-from tests.support import SAMPLE_DIR, materialise, materialization_metadata, sample_registry
+from tests.support import SAMPLE_DIR, materialise, materialise_predictions, materialization_metadata, sample_registry
 
 RECORDING = SAMPLE_DIR / "llm_recording.parquet"
-LLM_ASSETS = ("review_claims", "claim_types", "paper_claims", "evidence_verifications")
+LLM_ASSETS = ("review_claims", "claim_types", "paper_claims", "claim_labels")
+# The configurations `make demo` predicts for the sample (configurations.yaml's `venues: sample:`).
+SAMPLE_CONFIGURATIONS = [c.name for c in load_configurations(
+    REPO_ROOT / "configurations.yaml", ModelRegistry.load(env={}).models).for_venue("sample")]
 REGENERATE = "the shipped recording lacks calls this build makes: run scripts/record_sample_llm_calls.py"
 
 
@@ -45,18 +51,21 @@ def replayed(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("replay")
     with pytest.MonkeyPatch.context() as env:
         env.setenv("PEERIFY_LLM_CACHE_MODE", "replay-only")  # a call missing from the recording fails the build
-        result = materialise("sample", sample_registry(tmp, llm_recording=str(RECORDING)), tmp / "lake",
-                             dg.DagsterInstance.ephemeral())
-    return result, Lake(tmp / "lake")
+        registry, instance = sample_registry(tmp, llm_recording=str(RECORDING)), dg.DagsterInstance.ephemeral()
+        result = materialise("sample", registry, tmp / "lake", instance)
+        predicted = materialise_predictions("sample", SAMPLE_CONFIGURATIONS, registry, tmp / "lake", instance)
+    return [result, *predicted], Lake(tmp / "lake")
 
 
 def test_the_shipped_recording_answers_every_llm_call_of_a_sample_build(replayed):
-    result, lake = replayed
-    failures = [(error.cause or error).message.strip() for e in result.all_events if e.is_step_failure
-                for error in [e.event_specific_data.error]]
-    assert result.success, f"{REGENERATE}; {failures}"
+    results, lake = replayed
+    failures = [(error.cause or error).message.strip() for result in results for e in result.all_events
+                if e.is_step_failure for error in [e.event_specific_data.error]]
+    assert all(result.success for result in results), f"{REGENERATE}; {failures}"
     for asset in LLM_ASSETS:
-        assert materialization_metadata(result, asset, "calls_made") == [0], asset
+        assert materialization_metadata(results[0], asset, "calls_made") == [0], asset
+    for predicted in results[1:-1]:  # one run per configuration
+        assert materialization_metadata(predicted, "predictions", "calls_made") == [0]
     assert not list((lake.root / "llm_calls").glob("call-*.parquet"))  # nothing new was written to the ledger
 
 
@@ -70,5 +79,5 @@ def test_the_replayed_sample_has_claims_for_every_review_and_paper_sourced_queri
     queries = lake.read_table("retrieval_queries", "sample")
     paper_sourced = queries.filter(pl.col("source") == "paper_sourced")
     assert paper_sourced.height == lake.read_table("paper_claims", "sample").height > 0
-    verified = lake.read_table("evidence_verifications", "sample")
-    assert set(verified["claim_id"]) == set(queries["claim_id"])
+    predicted = lake.read_table("predictions", f"{SAMPLE_CONFIGURATIONS[0]}|sample")
+    assert set(predicted["claim_id"]) == set(queries["claim_id"])

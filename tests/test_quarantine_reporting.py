@@ -1,5 +1,5 @@
 """A ledger segment found unreadable is moved to quarantine and said where its user looks: a warning of the
-`evidence_verifications` step (and its metadata) naming the segment and its call ids, and a line of `peerify build`
+`predictions` step (and its metadata) naming the segment and its call ids, and a line of `peerify build`
 before any work."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import polars as pl
 import pytest
 
 from peerify_dagster.definitions import build_resources
-from peerify_dagster.partitions import venue_partitions
+from peerify_dagster.partitions import configuration_partitions, prediction_key, venue_partitions
 from peerify_dagster.resources.dagster_resources import VenueRegistryResource
 from peerify_dagster.resources.lake import Lake
 from peerify_dagster.resources.llm_gateway import CallLedger
@@ -20,13 +20,19 @@ from tests.test_llm_ledger import synthetic_row
 from tests.test_verification_assets import models_file
 
 
+CONFIGURATION = "hybrid-top3"  # a configuration of the shipped configurations.yaml
+
+
 def verify(lake: Lake, instance: dg.DagsterInstance, registry) -> dg.ExecuteInProcessResult:  # noqa: ANN001
-    """Materialise evidence_verifications alone, its inputs read from the lake."""
+    """Materialise the predictions of one configuration alone, their inputs read from the lake."""
     if not instance.has_dynamic_partition(venue_partitions.name, "sample"):
         instance.add_dynamic_partitions(venue_partitions.name, ["sample"])
+    if not instance.has_dynamic_partition(configuration_partitions.name, CONFIGURATION):
+        instance.add_dynamic_partitions(configuration_partitions.name, [CONFIGURATION])
     resources = build_resources(str(lake.root), venue_registry=VenueRegistryResource(path=str(registry)))
-    return dg.materialize(ALL_ASSETS, selection=["evidence_verifications"], instance=instance, partition_key="sample",
-                          resources=resources, raise_on_error=False)
+    return dg.materialize(ALL_ASSETS, selection=["predictions"], instance=instance,
+                          partition_key=prediction_key("sample", CONFIGURATION), resources=resources,
+                          raise_on_error=False)
 
 
 def truncate(path) -> None:  # noqa: ANN001
@@ -34,15 +40,16 @@ def truncate(path) -> None:  # noqa: ANN001
 
 
 def one_claim_lake(lake: Lake) -> None:
-    """The inputs of evidence_verifications for one claim with one retrieved passage."""
+    """The inputs of the predictions for one claim with one retrieved passage."""
     lake.write_table("retrieval_queries", "sample", pl.DataFrame({
         "claim_id": ["c1"], "paper_id": ["P"], "claim_text": ["The method beats the baseline on ImageNet."],
-        "manuscript_label": ["Supported"]}))
+        "manuscript_label": ["Supported"], "source": ["answer_key"], "gold_chunk_ids": [None]}))
     lake.write_table("retrieval_runs", "sample", pl.DataFrame({
         "claim_id": ["c1"], "retriever": ["hybrid"], "rank": [1], "chunk_id": ["P:1"], "status": ["ok"],
         "error": pl.Series([None], dtype=pl.String)}))
     lake.write_table("chunks", "sample", pl.DataFrame({
-        "chunk_id": ["P:1"], "paper_id": ["P"], "text": ["Our method reaches 81% on ImageNet, 3 points above."]}))
+        "chunk_id": ["P:1"], "paper_id": ["P"], "text": ["Our method reaches 81% on ImageNet, 3 points above."],
+        "order": [0]}))
 
 
 def test_the_verification_step_names_a_quarantined_segment_and_its_calls(tmp_path, monkeypatch):
@@ -54,20 +61,20 @@ def test_the_verification_step_names_a_quarantined_segment_and_its_calls(tmp_pat
         monkeypatch.setenv("PEERIFY_MODELS_FILE", str(models_file(tmp_path, server.base_url)))
         monkeypatch.setenv("LOOPBACK_API_KEY", "test-key")
         first = verify(lake, instance, registry)
-        [call_id] = lake.read_table("evidence_verifications", "sample")["call_id"].to_list()
+        [call_id] = lake.read_table("predictions", str(prediction_key("sample", CONFIGURATION)))["call_id"].to_list()
         [segment] = [p for p in (lake.root / "llm_calls").glob("part-*.parquet") if p.stat().st_size > 0]
         truncate(segment)
         second = verify(lake, instance, registry)
         assert first.success and second.success
         assert server.request_count == 2  # the quarantined call was made again ...
 
-    [reported] = materialization_metadata(second, "evidence_verifications", "ledger_segments_quarantined")
+    [reported] = materialization_metadata(second, "predictions", "ledger_segments_quarantined")
     assert [(r["segment"], r["call_ids"]) for r in reported] == [(str(segment), [call_id])]
     assert reported[0]["moved_to"] == str(lake.root / "llm_calls" / "quarantine" / segment.name)
     warnings = [e.user_message for e in instance.all_logs(second.run_id)
                 if e.level == 30 and "is unreadable" in e.user_message]  # 30: logging.WARNING
     assert len(warnings) == 1 and str(segment) in warnings[0] and call_id in warnings[0]  # ... and said so
-    assert materialization_metadata(first, "evidence_verifications", "ledger_segments_quarantined") == [[]]
+    assert materialization_metadata(first, "predictions", "ledger_segments_quarantined") == [[]]
 
 
 @pytest.mark.parametrize(("cache_mode", "exit_code"), [("use", 1), ("replay-only", 2)])

@@ -71,6 +71,9 @@ def test_cli_venues_add_and_sql(tmp_path, monkeypatch, capsys):
     assert "already registered" in capsys.readouterr().err
     cli.main(["venues", "list"])
     assert "TMLR" in capsys.readouterr().out
+    assert cli.main(["venues", "add", "ICLR.cc/2020/Conference", "--api-version", "1"]) == 0
+    assert load_registry(registry)["ICLR.cc/2020/Conference"].api_version == 1
+    assert load_registry(registry)["TMLR"].api_version is None  # not given: detected at the first build
 
     lake = tmp_path / "lake"
     monkeypatch.setenv("PEERIFY_LAKE", str(lake))

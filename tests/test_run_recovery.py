@@ -21,7 +21,7 @@ from tests.cli_support import cli_env, dead_pid, fresh_home, peerify, start_peer
 from tests.support import write_registry
 
 # A process that starts a run of `build_venue` as `peerify build` does (tagged with its own process), claims the
-# `llm` pool slot its evidence_verifications step would hold, and keeps running until it is killed.
+# `llm` pool slot its predictions step would hold, and keeps running until it is killed.
 RUN_HOLDING_A_SLOT = """
 import sys, time
 import dagster as dg
@@ -31,7 +31,7 @@ from peerify_dagster.resources.runs import process_tags
 instance = dg.DagsterInstance.get()
 run = instance.add_run(DagsterRun(job_name="build_venue", run_id=sys.argv[1], status=DagsterRunStatus.STARTED,
                                   tags={**process_tags(), "dagster/partition": "sample"}))
-claim = instance.event_log_storage.claim_concurrency_slot("llm", run.run_id, "evidence_verifications")
+claim = instance.event_log_storage.claim_concurrency_slot("llm", run.run_id, "predictions")
 print("claimed" if claim.is_claimed else "blocked", flush=True)
 time.sleep(600)
 """
@@ -62,12 +62,12 @@ def test_recover_fails_dead_runs_and_frees_their_pool_slots(tmp_path, monkeypatc
         gone = dead_pid()
         instance.report_engine_event(f"Started process for run (pid: {gone}).", dev_run,
                                      EngineEventData.in_process(gone))
-        instance.event_log_storage.claim_concurrency_slot("llm", "dev-run", "evidence_verifications")
+        instance.event_log_storage.claim_concurrency_slot("llm", "dev-run", "predictions")
         # A run whose process is alive (this test), and a run that ended without giving its slot back.
         add_run(instance, "live-build", DagsterRunStatus.STARTED, process_tags())
-        instance.event_log_storage.claim_concurrency_slot("llm", "live-build", "evidence_verifications")
+        instance.event_log_storage.claim_concurrency_slot("llm", "live-build", "predictions")
         add_run(instance, "ended-run", DagsterRunStatus.FAILURE, {})
-        instance.event_log_storage.claim_concurrency_slot("llm", "ended-run", "evidence_verifications")
+        instance.event_log_storage.claim_concurrency_slot("llm", "ended-run", "predictions")
         assert slot_holders(instance) == {"killed-build", "dev-run", "live-build", "ended-run"}
 
         result = peerify("recover", env=env)
@@ -91,7 +91,7 @@ def test_a_step_waiting_for_a_pool_is_told_who_holds_it(tmp_path, monkeypatch):
     with dg.DagsterInstance.get() as instance:
         instance.event_log_storage.set_concurrency_slots("llm", 1)
         holder = add_run(instance, str(uuid.uuid4()), DagsterRunStatus.STARTED, process_tags())
-        instance.event_log_storage.claim_concurrency_slot("llm", holder.run_id, "evidence_verifications")
+        instance.event_log_storage.claim_concurrency_slot("llm", holder.run_id, "predictions")
         said: list[str] = []
         run_id = str(uuid.uuid4())
         results: list[dg.ExecuteInProcessResult] = []

@@ -360,5 +360,8 @@ def chunk_stats(chunks: Sequence[Chunk], max_tokens: int = ChunkingConfig.max_to
     }
 
 
+RUNAWAY_FACTOR = 1.5  # a chunk beyond this many times max_tokens means a packing bug, not a long sentence
+
+
 def is_runaway(chunk: Chunk, max_tokens: int) -> bool:
-    return estimate_tokens(chunk.text) > 1.5 * max_tokens
+    return estimate_tokens(chunk.text) > RUNAWAY_FACTOR * max_tokens

@@ -191,10 +191,77 @@ COLUMNS: dict[str, str] = {
     "paragraph_order": "Position of the paragraph within its paper.",
     "claim_call_id": "Ledger call id of the claim-writing call.",
     "rephrase_call_id": "Ledger call id of the rephrasing call.",
+    # claim labels (two LLM labellers x two sources) and their agreement
+    "labeller": "Which labeller: a (role labeller_a) or b (role labeller_b).",
+    "raw_label": "The label exactly as the model wrote it; null when no call was made or the answer held no label.",
+    "justification": "The labeller's reason in its own words (for a rule label: the rule).",
+    "evidence_quotes": "Passages the labeller quoted from its evidence as the basis of its label (meant verbatim).",
+    "evidence_mode": "What the labeller saw: longest_author_reply, thread_with_followups, whole_manuscript or "
+                     "retrieved; no_author_response / no_manuscript when there was nothing to show (no call).",
+    "evidence_text": "Exactly the evidence text put in the labeller's prompt; null when no call was made.",
+    "evidence_tokens": "Estimated tokens of evidence_text (about four characters a token); null without evidence.",
+    "n_items": "Number of (claim, source) items in the group.",
+    "n_without_call": "Items where either labeller made no call (rule label, no manuscript, evidence too long).",
+    "n_parse_failed": "Items where both labellers were called and either gave no usable label.",
+    "n_pairs": "Items with a usable label from both labellers: what agreement and kappa are computed over.",
+    "agreed": "Pairs where both labellers gave the same label.",
+    "raw_agreement": "agreed / n_pairs; null without pairs.",
+    "kappa": "Cohen's kappa of labeller A vs B; null when undefined (see kappa_status).",
+    "kappa_status": "ok, no_pairs, or undefined_single_class (both labellers gave every pair one and the same label, "
+                    "so chance agreement is 1 and kappa is 0/0).",
+    "confusion": "4x4 table: confusion[i][j] = pairs labeller A labelled LABELS[i] and B labelled LABELS[j], in the "
+                 "order Supported, Partially Supported, Not Supported, Not Determined.",
     # reports
     "figure": "File name of the figure.",
     "path": "Where the file is stored.",
     "description": "What the figure shows.",
+    # human audit
+    "audit_sample_version": "Version of the audit sample the row belongs to (sha256[:16] of venue, seed and item ids).",
+    "stratum": "The item's canonical label when the audit sample was drawn (its sampling stratum).",
+    "annotator_1": "First audit annotator (the first to record an audit decision for the sample).",
+    "annotator_2": "Second audit annotator.",
+    "label_1": "The first annotator's current label; null until they label the item.",
+    "label_2": "The second annotator's current label; null until they label the item.",
+    "consensus_label": "Human consensus: the annotators' shared label, else the consensus decision; null when pending.",
+    "consensus_source": "agreement, consensus_decision or pending (not both labelled, or disagreeing and unsettled).",
+    "automated_label": "The item's automated canonical label (canonical_labels.label).",
+    "automated_provenance": "Provenance of the canonical label (agreed, a_upheld, b_upheld, third_label, pending).",
+    "exact": "Consensus equals the automated label; null when either is missing.",
+    "within_one": "Consensus and automated label at most one ordinal step apart (Not Determined: only itself).",
+    "polarity_flip": "Supported against Not Supported between consensus and automated label.",
+    # arbitration (human tie-breaking of the two labellers)
+    "item_id": "The labelled item: claim id and source (thread or manuscript), as claim_id:source.",
+    "source_material": "What the labellers saw as evidence (author responses or manuscript text); the fuller one when "
+                       "they saw different amounts.",
+    "candidate_1_label": "The label of the answer shown first (which labeller gave it is in arbitration_key only).",
+    "candidate_1_justification": "The justification of the answer shown first.",
+    "candidate_1_evidence": "The evidence quotes of the answer shown first.",
+    "candidate_2_label": "The label of the answer shown second.",
+    "candidate_2_justification": "The justification of the answer shown second.",
+    "candidate_2_evidence": "The evidence quotes of the answer shown second.",
+    "queue_version": "sha256[:16] of the queue's items and candidate labels; a decision records the version it answered.",
+    "candidate_1_labeller": "Labeller (a or b) whose answer is candidate_1.",
+    "candidate_2_labeller": "Labeller (a or b) whose answer is candidate_2.",
+    "provenance": "Where the canonical label comes from: agreed, a_upheld, b_upheld, third_label, pending (no human "
+                  "decision yet, label null) or unlabelled (neither labeller had source material).",
+    "annotator": "The human whose decision gave the label; null when no decision applies.",
+    "label_a": "Labeller a's normalised label; null when its answer did not parse.",
+    "label_b": "Labeller b's normalised label; null when its answer did not parse.",
+    "call_id_a": "Ledger call id of labeller a's call; null when no call was made.",
+    "call_id_b": "Ledger call id of labeller b's call; null when no call was made.",
+    # benchmark slices
+    "slice": "Benchmark slice: PaperSourced, RebuttalSourced, LLMJudged, HighAgreement, VerifiableOnly or "
+             "HumanVerified.",
+    "gold_label": "The claim's gold label in this slice (one of the four labels).",
+    "gold_source": "What the gold label was judged against: paper (PaperSourced construction), thread, manuscript, "
+                   "thread+manuscript (HighAgreement) or human_audit.",
+    "gold_provenance": "How the gold label was settled: paper_construction; the canonical provenance (agreed, "
+                       "a_upheld, b_upheld, third_label; HighAgreement: thread=...;manuscript=...); or the audit's "
+                       "consensus_source (agreement, consensus_decision).",
+    "gold_call_ids": "Ledger call ids of the LLM calls behind the gold label (labellers a and b per source; "
+                     "PaperSourced: the claim-writing and rephrasing calls); empty for HumanVerified.",
+    "gold_decision_ids": "Decisions-ledger ids of the human arbitration decisions behind the gold label; empty when "
+                         "the labellers agreed (and for HumanVerified, whose consensus is in human_audit).",
 }
 
 # Where one table gives a column another meaning than COLUMNS.
@@ -209,7 +276,6 @@ TABLE_COLUMNS: dict[tuple[str, str], str] = {
     ("manuscript_pdfs", "status"): "ok or failed.",
     ("retrieval_runs", "status"): "ok, or why the claim has no ranking (e.g. no_chunks).",
     ("retrieval_metrics", "status"): "ok, or why the retriever has no metrics (e.g. unavailable).",
-    ("evidence_verifications", "status"): "ok, or why the claim was not verified.",
     ("llm_usage", "role"): "Role the calls served.",
     ("chair_comments", "role"): "Chair role of the signer: area_chair, senior_area_chair or program_chair.",
     ("llm_calls", "label"): "Normalised label parsed from the answer; null when unparsed or not a labelling call.",
@@ -217,6 +283,39 @@ TABLE_COLUMNS: dict[tuple[str, str], str] = {
     ("decisions", "decision"): "The decision as written on the Decision note.",
     ("paper_claims", "label"): "Gold label of the PaperSourced claim (Supported by construction).",
     ("reviews", "confidence"): "The review form's `confidence` field as the reviewer wrote it.",
+    ("claim_labels", "source"): "What the claim is judged against: thread (author responses) or manuscript.",
+    ("claim_labels", "evidence_chunk_ids"): "Manuscript chunks shown to the labeller, in the order shown (thread: empty).",
+    ("claim_labels", "model"): "Model that served the labeller's role (null for a rule label without a call).",
+    ("claim_labels", "error"): "Why the row has no usable label: the call's error, parse_failed with the reason, "
+                               "no_manuscript, no_evidence, or evidence that does not fit the context window.",
+    ("labeller_agreement", "source"): "thread, manuscript, or all (both sources pooled).",
+    ("labeller_agreement", "claim_type"): "factual, subjective, untyped (no usable type), or all.",
+    ("arbitration_queue", "source"): "What the claim is judged against: thread (author responses) or manuscript.",
+    ("arbitration_queue", "reason"): "Why a human is needed: disagree (two different labels) or parse_failed.",
+    ("arbitration_key", "queue_version"): "The arbitration_queue version this key belongs to.",
+    ("canonical_labels", "source"): "What the claim is judged against: thread (author responses) or manuscript.",
+    ("canonical_labels", "label"): "The canonical label; null while pending (never guessed).",
+    ("canonical_labels", "decision_id"): "The decisions-ledger id of the human decision applied; null otherwise.",
+    ("canonical_labels", "queue_version"): "The queue version the applied decision answered; null otherwise.",
+    ("benchmark_slices", "claim_id"): "The claim's id: a review claim (review_claims) or a PaperSourced claim.",
+    ("benchmark_slices", "claim_text"): "The claim as a verifier is given it: the review claim, or the PaperSourced "
+                                        "claim's rephrasing.",
+    ("benchmark_slices", "review_id"): "Review the claim comes from; null for PaperSourced.",
+    ("benchmark_slices", "claim_type"): "factual or subjective (claim_types); null for PaperSourced (not tagged) and "
+                                        "for claims whose type answer was unusable.",
+    ("benchmark_slices", "gold_chunk_ids"): "PaperSourced: the chunks holding the claim's paragraph; empty otherwise.",
+    ("predictions", "configuration"): "The prediction configuration (configurations.yaml): the partition with venue.",
+    ("predictions", "mode"): "rag (top-k passages of a retriever), full_context (every chunk) or oracle (gold chunks).",
+    ("predictions", "retriever"): "Retriever whose ranking supplied the passages (rag); null otherwise.",
+    ("predictions", "k"): "Passages shown (rag); null otherwise.",
+    ("predictions", "claim_source"): "Which claims the row belongs to: review (the review slices), paper_sourced or "
+                                     "answer_key (the venue's hand-written key).",
+    ("predictions", "status"): "ok (a call was made), or why not: no_manuscript, no_evidence, too_long (the "
+                               "manuscript does not fit the verifier's window; never truncated).",
+    ("predictions", "evidence_chunk_ids"): "Chunks shown to the verifier, in the order shown; empty when no call.",
+    ("predictions", "gold_label"): "The label retrieval_queries gives the claim (answer key; PaperSourced: Supported); "
+                                   "null for review claims, whose gold labels are in benchmark_slices.",
+    ("predictions", "error"): "Why the row has no label: the call's error, parse_failed, or why no call was made.",
 }
 
 

@@ -26,22 +26,21 @@ PROMPTS_DIR = Path(__file__).resolve().parent.parent / "prompts"
 
 _LABEL_FIELD = {"type": "string", "enum": list(LABELS)}
 _SHORT_TEXT = {"type": "string"}
+_QUOTED_LABEL = {
+    "type": "object",
+    "properties": {
+        "label": _LABEL_FIELD,
+        # maxItems bounds a small model that would copy whole passages until max_tokens
+        "evidence_quotes": {"type": "array", "maxItems": 3, "items": {"type": "string"}},
+        "justification": _SHORT_TEXT,
+    },
+    "required": ["label", "evidence_quotes", "justification"],
+}
 
 OUTPUT_SCHEMAS: dict[str, dict[str, Any]] = {
-    "rebuttal_label": {
-        "type": "object",
-        "properties": {"label": _LABEL_FIELD, "justification": _SHORT_TEXT},
-        "required": ["label", "justification"],
-    },
-    "manuscript_label": {
-        "type": "object",
-        "properties": {
-            "label": _LABEL_FIELD,
-            "evidence_ids": {"type": "array", "items": {"type": "string"}},
-            "justification": _SHORT_TEXT,
-        },
-        "required": ["label", "evidence_ids", "justification"],
-    },
+    # The two labellers quote the spans they rely on (verbatim, checked against what they saw; see claim_labels).
+    "rebuttal_label": _QUOTED_LABEL,
+    "manuscript_label": _QUOTED_LABEL,
     "claim_list": {
         "type": "object",
         # maxItems bounds a small model that repeats one claim until max_tokens (a review section rarely holds 12)

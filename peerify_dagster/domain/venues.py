@@ -12,7 +12,9 @@ from pathlib import Path
 import yaml
 
 from peerify_dagster.domain.chunking import ChunkingConfig, ChunkingConfigError
+from peerify_dagster.domain.labelling import LabellingConfig, LabellingConfigError
 from peerify_dagster.domain.sampling import SamplingConfig, SamplingConfigError
+from peerify_dagster.domain.slices import SliceConfig, SliceConfigError
 
 SOURCES = ("api", "snapshot")
 DEFAULT_API_URL = "https://api2.openreview.net"
@@ -36,11 +38,22 @@ class Venue:
     api_version: int | None = None  # OpenReview API 1 or 2; None = detect (year before 2023 -> 1, else probe)
     sampling: dict | None = None  # paper-sampling options (domain.sampling.SamplingConfig); None = the defaults
     llm_recording: str | None = None  # recorded LLM calls answered from the ledger (Parquet), relative to the registry
+    labelling: dict | None = None  # claim-labelling evidence options (domain.labelling.LabellingConfig); None = defaults
+    slices: dict | None = None  # benchmark-slice options and gate settings (domain.slices.SliceConfig); None = defaults
 
     @property
     def slug(self) -> str:
         """File-system-safe form of the key (partition files, snapshot folders)."""
         return self.key.replace("/", "__")
+
+
+# Per-venue options of pipeline stages, validated when the registry is read: (key, config class, its error).
+_STAGE_OPTIONS = (
+    ("chunking", ChunkingConfig, ChunkingConfigError),
+    ("sampling", SamplingConfig, SamplingConfigError),
+    ("labelling", LabellingConfig, LabellingConfigError),
+    ("slices", SliceConfig, SliceConfigError),
+)
 
 
 def _venue_from_entry(key: str, entry: dict) -> Venue:
@@ -68,14 +81,11 @@ def _venue_from_entry(key: str, entry: dict) -> Venue:
     for name in ("openreview_id", "api_url", "snapshot", "gold_claims", "llm_recording"):
         if entry.get(name) is not None and not isinstance(entry[name], str):
             raise RegistryError(f"venue {key!r}: {name} must be a string, got {entry[name]!r}")
-    try:
-        ChunkingConfig.from_mapping(entry.get("chunking"))
-    except ChunkingConfigError as error:
-        raise RegistryError(f"venue {key!r}: chunking: {error}") from None
-    try:
-        SamplingConfig.from_mapping(entry.get("sampling"))
-    except SamplingConfigError as error:
-        raise RegistryError(f"venue {key!r}: sampling: {error}") from None
+    for option, config, config_error in _STAGE_OPTIONS:
+        try:
+            config.from_mapping(entry.get(option))
+        except config_error as error:
+            raise RegistryError(f"venue {key!r}: {option}: {error}") from None
     return Venue(key=key, **{**entry, "openreview_id": entry.get("openreview_id", key), "source": source})
 
 

@@ -36,6 +36,15 @@ def atomic_path(path: Path) -> Iterator[Path]:
         temporary.unlink(missing_ok=True)
 
 
+def fsync_path(path: Path) -> None:
+    """Flush a file's or a folder's entry to disk (a folder: the names created or renamed in it survive power loss)."""
+    descriptor = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
 def write_atomic(path: Path, data: bytes) -> None:
     with atomic_path(path) as temporary:
         temporary.write_bytes(data)

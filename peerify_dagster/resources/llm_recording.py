@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import shutil
+from collections.abc import Collection
 from pathlib import Path
 
 import pyarrow as pa
@@ -49,11 +50,12 @@ def install_recording(lake_root: Path, recording: Path) -> Path | None:
     return target
 
 
-def write_recording(lake_root: Path, destination: Path) -> int:
-    """Write every successful call of the lake's ledger (latest answer per call id, sorted by call id) to
-    `destination`; returns the number of calls."""
+def write_recording(lake_root: Path, destination: Path, call_ids: Collection[str] | None = None) -> int:
+    """Write every successful call of the lake's ledger (latest answer per call id, sorted by call id), or only those
+    among `call_ids`, to `destination`; returns the number of calls."""
     ledger = CallLedger(Path(lake_root))
-    rows = sorted((ledger.lookup(call_id) for call_id in ledger.successful_call_ids()), key=lambda r: r["call_id"])
+    wanted = ledger.successful_call_ids() if call_ids is None else set(ledger.successful_call_ids()) & set(call_ids)
+    rows = sorted((ledger.lookup(call_id) for call_id in wanted), key=lambda r: r["call_id"])
     requests = {}
     for segment in ledger.segments():  # the index leaves the rendered request out; it is part of the record
         table = pq.read_table(segment, columns=["call_id", "request"])

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import dagster as dg
+from dagster._core.instance.ref import InstanceRef
 from dagster._core.storage.runs import SqliteRunStorage
 
 from peerify_dagster.resources.processes import process_alive, process_start_time
@@ -70,14 +71,24 @@ def home_lock(home: Path, holder: str, on_wait: Callable[[str], None]) -> Iterat
         yield
 
 
-def open_instance(holder: str, on_wait: Callable[[str], None]) -> tuple[dg.DagsterInstance, list[str]]:
+# Dagster's local compute-log manager mirrors each step's output through a `tail -F` child and an orphan watcher,
+# and those children inherit the build's whole environment (API keys included). A terminal build prints its step
+# output to the terminal anyway, so it opens the home without capturing it: the build starts no child process.
+NO_STEP_OUTPUT_CAPTURE = {"compute_logs": {"module": "dagster._core.storage.noop_compute_log_manager",
+                                           "class": "NoOpComputeLogManager"}}
+
+
+def open_instance(holder: str, on_wait: Callable[[str], None],
+                  capture_step_output: bool = True) -> tuple[dg.DagsterInstance, list[str]]:
     """The DAGSTER_HOME instance (an ephemeral one without a home) and a line per dead run recovered in it. The
-    storage is created (migrated) and the runs recovered under the home lock."""
+    storage is created (migrated) and the runs recovered under the home lock. Runs and events go to the home's
+    storage either way; `capture_step_output=False` leaves the steps' stdout/stderr out of it (no child process)."""
     home = os.environ.get("DAGSTER_HOME")
     if not home:
         return dg.DagsterInstance.ephemeral(), []
     with home_lock(Path(home), holder, on_wait):
-        instance = dg.DagsterInstance.get()
+        instance = dg.DagsterInstance.get() if capture_step_output else dg.DagsterInstance.from_ref(
+            InstanceRef.from_dir(home, overrides=NO_STEP_OUTPUT_CAPTURE))
         instance.get_runs(limit=1)  # run, event-log and schedule storages exist (and are migrated) from here on
         return instance, recover_dead_runs(instance)
 

@@ -21,6 +21,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from peerify_dagster.domain.venues import load_registry
 from peerify_dagster.paths import REPO_ROOT
 from peerify_dagster.resources.processes import process_alive, process_start_time
 
@@ -40,7 +41,11 @@ def write_registry(folder: Path, key: str, **entry) -> Path:
 
 
 def sample_registry(folder: Path, snapshot: Path = SAMPLE, **extra) -> Path:
-    """The sample venue as a snapshot venue, with its answer key, replayed from `snapshot`."""
+    """The sample venue as a snapshot venue, with its answer key, replayed from `snapshot`, and the labelling options
+    the repository's venues.yaml gives it (those its LLM recording was made with) unless `extra` names others."""
+    labelling = load_registry(REPO_ROOT / "venues.yaml")["sample"].labelling
+    if labelling is not None:
+        extra.setdefault("labelling", labelling)
     return write_registry(folder, "sample", openreview_id="PeerifySample.cc/2026/Workshop", source="snapshot",
                           snapshot=str(snapshot), gold_claims=str(SAMPLE_DIR / "claim_key.yaml"), seed=20260110,
                           **extra)

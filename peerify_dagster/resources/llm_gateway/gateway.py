@@ -76,6 +76,19 @@ class _PreparedCall:
     request_json: str
 
 
+@dataclass(frozen=True)
+class PlannedCall:
+    """A call `map` would make, known without making it (what `peerify build --estimate` counts)."""
+
+    call_id: str
+    model: str
+    role: str | None
+    prompt_id: str
+    prompt_text: str  # every rendered message, concatenated
+    max_tokens: int | None  # the answer's bound from the model's decoding settings
+    in_ledger: bool  # a successful answer is recorded: the call would be served from the ledger, free
+
+
 class LLMGateway:
     """Calls models by role or name; records every call in the ledger under `lake_root`."""
 
@@ -255,6 +268,21 @@ class LLMGateway:
         if stop_error is not None:
             raise stop_error
         return [result for result in results if result is not None]
+
+    def plan_calls(
+        self, target: str, prompt_id: str, items: Sequence[Mapping[str, Any]], schema: Mapping[str, Any] | None = None,
+        *, role: str | None = None, **decoding: Any,
+    ) -> list[PlannedCall]:
+        """The calls `map` would make for `items`, without calling any model: call ids, rendered prompts and whether
+        the ledger already answers each. Raises PromptError for an item the prompt cannot render."""
+        planned = []
+        for variables in items:
+            call = self._prepare(target, prompt_id, variables, schema, role, decoding)
+            planned.append(PlannedCall(
+                call_id=call.call_id, model=call.spec.name, role=call.role, prompt_id=prompt_id,
+                prompt_text="\n".join(str(message.get("content", "")) for message in call.messages),
+                max_tokens=call.decoding.get("max_tokens"), in_ledger=self.ledger.lookup(call.call_id) is not None))
+        return planned
 
     def _check_replayable(
         self, target: str, prompt_id: str, items: Sequence[Mapping[str, Any]], schema: Mapping[str, Any] | None,

@@ -31,7 +31,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from peerify_dagster.resources.files import atomic_path
+from peerify_dagster.resources.files import atomic_path, fsync_path
 
 logger = logging.getLogger(__name__)
 
@@ -210,8 +210,8 @@ class CallLedger:
         final = self.directory / f"{prefix}{stamp}-{os.getpid()}-{uuid.uuid4().hex[:8]}.parquet"
         with atomic_path(final) as temporary:
             pq.write_table(table, temporary, **_WRITE_OPTIONS)
-            _fsync(temporary)
-        _fsync(self.directory)  # the rename itself survives a power loss
+            fsync_path(temporary)
+        fsync_path(self.directory)  # the rename itself survives a power loss
         return final
 
     def compact(self) -> list[Path]:
@@ -250,7 +250,7 @@ class CallLedger:
                 self._indexed_segments.update(path.name for path in written)
             for source in merged_sources:
                 source.unlink(missing_ok=True)
-            _fsync(self.directory)
+            fsync_path(self.directory)
             return written
 
     def _stored_keys(self) -> set[tuple[str, datetime]]:
@@ -314,8 +314,8 @@ class CallLedger:
         moved_to: Path | None = self.quarantine_directory / segment.name
         try:
             os.replace(segment, moved_to)
-            _fsync(self.directory)
-            _fsync(self.quarantine_directory)
+            fsync_path(self.directory)
+            fsync_path(self.quarantine_directory)
         except FileNotFoundError:
             moved_to = None
         record = QuarantinedSegment(segment, moved_to, " ".join(str(error).split())[:300], tuple(call_ids))
@@ -352,10 +352,4 @@ def _salvage_call_ids(segment: Path) -> list[str]:
     return [run[offset + 4: offset + 68].decode("ascii") for offset in range(0, len(run), 68)]
 
 
-def _fsync(path: Path) -> None:
-    descriptor = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
 

@@ -1,0 +1,106 @@
+"""Stage 6, arbitration: the items where the two LLM labellers disagree (or failed) queued for a human with the
+candidates anonymised, the key to that anonymisation kept apart, and the canonical label of every item: the
+labellers' agreed label, else the applicable human decision from the decisions ledger, else pending."""
+
+import dagster as dg
+import polars as pl
+
+from peerify_dagster.domain import arbitration as arb
+from peerify_dagster.domain.columns import column_description
+from peerify_dagster.partitions import venue_partitions
+from peerify_dagster.resources.dagster_resources import LakeResource, VenueRegistryResource
+from peerify_dagster.resources.decisions import DecisionLedger, current_decisions
+
+_TEXT = pl.String
+QUEUE_SCHEMA = {
+    **{name: _TEXT for name in arb.QUEUE_COLUMNS},
+    "candidate_1_evidence": pl.List(_TEXT), "candidate_2_evidence": pl.List(_TEXT),
+}
+KEY_SCHEMA = {name: _TEXT for name in arb.KEY_COLUMNS}
+CANONICAL_SCHEMA = {name: _TEXT for name in arb.CANONICAL_COLUMNS}
+KEY_TABLE = "arbitration_key"
+
+
+@dg.multi_asset(
+    partitions_def=venue_partitions,
+    group_name="arbitration",
+    can_subset=False,  # the key is the queue's: they are always built together
+    outs={
+        "arbitration_queue": dg.AssetOut(
+            kinds={"python", "parquet"}, code_version="arbitration-queue-v1",
+            description="Every (claim, source) where labellers a and b disagree or either failed to parse, with the "
+                        "claim, the source material the labellers saw and the two answers as candidate_1 / "
+                        "candidate_2 in a seeded per-record order; `queue_version` names the queue's content. Which "
+                        "labeller is which is only in arbitration_key.",
+        ),
+        KEY_TABLE: dg.AssetOut(
+            kinds={"python", "parquet"}, code_version="arbitration-key-v1", dagster_type=dg.Nothing,
+            description="Which labeller (a or b) is candidate_1 and candidate_2 of each queue item. Written straight "
+                        "to the lake, not through the IO manager, so no preview of it appears in the UI; no catalog "
+                        "view exposes it.",
+        ),
+    },
+)
+def arbitration_queue(context: dg.AssetExecutionContext, claim_labels: pl.DataFrame, claim_types: pl.DataFrame,
+                      review_claims: pl.DataFrame, venue_registry: VenueRegistryResource, lake: LakeResource):
+    venue = context.partition_key
+    queue = arb.build_queue(
+        venue, venue_registry.venue(venue).seed, claim_labels.iter_rows(named=True),
+        dict(zip(review_claims["claim_id"], review_claims["claim_text"])),
+        dict(zip(claim_types["claim_id"], claim_types["claim_type"])),
+    )
+    frame = pl.DataFrame(queue.rows, schema=QUEUE_SCHEMA)
+    version = queue.key[0]["queue_version"] if queue.key else arb.queue_version([])
+    yield dg.Output(frame, output_name="arbitration_queue", metadata={
+        "items": frame.height,
+        "by_reason": dg.MetadataValue.json(dict(frame.group_by("reason").len().iter_rows())),
+        "by_source": dg.MetadataValue.json(dict(frame.group_by("source").len().iter_rows())),
+        "queue_version": version,
+    })
+    key = pl.DataFrame(queue.key, schema=KEY_SCHEMA)
+    path = lake.lake().write_table(KEY_TABLE, venue, key)
+    yield dg.Output(None, output_name=KEY_TABLE, metadata={
+        "dagster/row_count": key.height, "path": dg.MetadataValue.path(str(path)), "queue_version": version,
+        "dagster/column_schema": dg.TableSchema(columns=[
+            dg.TableColumn(name, str(dtype), description=column_description(KEY_TABLE, name))
+            for name, dtype in key.schema.items()]),
+    })
+
+
+@dg.asset(partitions_def=venue_partitions, group_name="arbitration", kinds={"python", "parquet"},
+          code_version="canonical-labels-v1", deps=[KEY_TABLE])
+def canonical_labels(context: dg.AssetExecutionContext, claim_labels: pl.DataFrame,
+                     arbitration_queue: pl.DataFrame, lake: LakeResource) -> pl.DataFrame:
+    """Per (claim, source) of claim_labels: the labellers' agreed label (`agreed`), else the latest live human
+    decision from the ledger (`a_upheld`, `b_upheld`, `third_label`), else `pending` with a null label (never
+    guessed); `unlabelled` when neither labeller had source material (no manuscript). The ledger is read when this
+    runs (a sensor re-runs it after new decisions). Decisions that cannot be applied (the item left the queue, or
+    what they chose is no longer on offer) stay in the ledger and are listed in the metadata."""
+    venue = context.partition_key
+    key = lake.lake().read_table(KEY_TABLE, venue)
+    versions = set(arbitration_queue["queue_version"]) | set(key["queue_version"])
+    if len(versions) > 1 or set(key["item_id"]) != set(arbitration_queue["item_id"]):
+        raise dg.Failure(f"arbitration_key of {venue!r} does not match arbitration_queue (versions {sorted(versions)});"
+                         " materialise both again (they are built from the same inputs)")
+    ledger = DecisionLedger(lake.lake().root, venue)
+    contents = ledger.read()
+    for problem in contents.problems:
+        context.log.warning(f"{ledger.path} line {problem.line_number}: {problem.reason}")
+    current = current_decisions(d for d in contents.decisions if d.kind == "arbitration")
+    result = arb.canonical_labels(venue, claim_labels.iter_rows(named=True), arbitration_queue.to_dicts(),
+                                  key.to_dicts(), current)
+    not_applied = [{"decision_id": d.decision_id, "item_id": d.item_id, "annotator": d.annotator, "reason": reason}
+                   for d, reason in result.not_applied]
+    for entry in not_applied:
+        context.log.warning(f"decision {entry['decision_id']} ({entry['item_id']}, {entry['annotator']}) not "
+                            f"applied: {entry['reason']}")
+    counts = result.counts()
+    context.add_output_metadata({
+        **{f"provenance_{name}": counts.get(name, 0) for name in
+           (arb.AGREED, *arb.UPHELD.values(), arb.THIRD_LABEL, arb.PENDING, arb.UNLABELLED)},
+        "ledger_lines": contents.line_count,
+        "ledger_problems": dg.MetadataValue.json([{"line": p.line_number, "reason": p.reason}
+                                                  for p in contents.problems]),
+        "decisions_not_applied": dg.MetadataValue.json(not_applied),
+    })
+    return pl.DataFrame(result.rows, schema=CANONICAL_SCHEMA)

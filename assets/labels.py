@@ -1,0 +1,220 @@
+"""Stage 4b, labels: every review claim labelled by two LLM labellers (roles `labeller_a`, `labeller_b`) against two
+disjoint sources, the review's thread (RebuttalSourced) and the manuscript (LLMJudged), and how far the two labellers
+agree. Every call goes through the LLM gateway and its `llm_calls` ledger; what each labeller saw is kept per row."""
+
+from collections import defaultdict
+
+import dagster as dg
+import polars as pl
+
+from assets.claims import _progress, _usage_metadata, venue_gateway
+from assets.retrieval import paper_index_loader
+from peerify_dagster.domain import labelling as lab
+from peerify_dagster.domain.labels import LABELS, NOT_DETERMINED
+from peerify_dagster.domain.llm_calls import estimate_tokens
+from peerify_dagster.domain.prompts import prompts_code_version, template_hash
+from peerify_dagster.domain.retrieval import STATUS_OK, build_retrievers, retrieve_claims
+from peerify_dagster.partitions import venue_partitions
+from peerify_dagster.resources.dagster_resources import (
+    EmbeddingResource,
+    LakeResource,
+    LLMGatewayResource,
+    VenueRegistryResource,
+    markdown_preview,
+)
+
+CLAIM_LABELS_CODE_VERSION = f"claim-labels-v1-{prompts_code_version([lab.THREAD_PROMPT, lab.MANUSCRIPT_PROMPT])}"
+AGREEMENT_CODE_VERSION = "labeller-agreement-v1"
+DEFAULT_ANSWER_TOKENS = 1024  # the answer budget assumed for a model whose decoding sets no max_tokens
+
+_TEXT = pl.String
+CLAIM_LABEL_SCHEMA = {
+    "venue": _TEXT, "claim_id": _TEXT, "paper_id": _TEXT, "review_id": _TEXT, "source": _TEXT, "labeller": _TEXT,
+    "role": _TEXT, "model": _TEXT, "raw_label": _TEXT, "label": _TEXT, "parse_ok": pl.Boolean, "justification": _TEXT,
+    "evidence_quotes": pl.List(_TEXT), "evidence_chunk_ids": pl.List(_TEXT), "evidence_mode": _TEXT,
+    "evidence_text": _TEXT, "evidence_tokens": pl.Int64, "prompt_id": _TEXT, "prompt_hash": _TEXT, "call_id": _TEXT,
+    "error": _TEXT,
+}
+AGREEMENT_SCHEMA = {
+    "venue": _TEXT, "source": _TEXT, "claim_type": _TEXT, "n_items": pl.Int64, "n_without_call": pl.Int64,
+    "n_parse_failed": pl.Int64, "n_pairs": pl.Int64, "agreed": pl.Int64, "raw_agreement": pl.Float64,
+    "kappa": pl.Float64, "kappa_status": _TEXT, "confusion": pl.List(pl.List(pl.Int64)),
+}
+
+
+def _by_review(frame: pl.DataFrame, id_column: str) -> dict[str, list[dict]]:
+    grouped: dict[str, list[dict]] = defaultdict(list)
+    for row in frame.filter(pl.col("review_id").is_not_null()).iter_rows(named=True):
+        grouped[row["review_id"]].append({**row, "id": row[id_column]})
+    return grouped
+
+
+def _rankings(claims: pl.DataFrame, chunks: pl.DataFrame, chunk_embeddings: pl.DataFrame,
+              config: lab.LabellingConfig, embed) -> tuple[dict[str, list[str]], dict[str, str]]:
+    """claim id -> chunk ids of its own manuscript ranked by the configured retriever; claim id -> retrieval error."""
+    retrievers, unavailable = build_retrievers([config.retriever])
+    if unavailable:
+        raise dg.Failure(f"labelling retriever {config.retriever}: {unavailable[config.retriever]}")
+    with_chunks = claims.filter(pl.col("paper_id").is_in(chunks["paper_id"].unique().to_list()))
+    rows = retrieve_claims(with_chunks.select("claim_id", "paper_id", "claim_text").iter_rows(),
+                           paper_index_loader(chunks, chunk_embeddings), retrievers, embed, k=config.top_k)
+    ranked: dict[str, list[tuple[int, str]]] = defaultdict(list)
+    problems = {}
+    for row in rows:
+        if row["status"] == STATUS_OK:
+            ranked[row["claim_id"]].append((row["rank"], row["chunk_id"]))
+        else:
+            problems[row["claim_id"]] = f"{row['status']}: {row.get('error')}"
+    return {claim: [chunk for _, chunk in sorted(hits)] for claim, hits in ranked.items()}, problems
+
+
+def _answer_fields(result) -> dict:
+    """The row fields an answer fills: labels, quotes, justification, call id, and why it is unusable."""
+    raw = lab.raw_label(result.raw_response)
+    usable = result.error is None and result.parse_ok
+    if result.error is not None:
+        error = result.error
+    elif not result.parse_ok:
+        error = (f"parse_failed: label {raw!r} is not one of {list(LABELS)}" if raw is not None and result.label is None
+                 else "parse_failed: the answer is not a JSON object with label, evidence_quotes and justification")
+    else:
+        error = None
+    parsed = result.parsed or {}
+    justification = parsed.get("justification")
+    return {"model": result.model, "raw_label": raw, "label": result.label if usable else None, "parse_ok": usable,
+            "justification": justification if isinstance(justification, str) else None,
+            "evidence_quotes": lab.answer_quotes(parsed), "call_id": result.call_id or None, "error": error}
+
+
+@dg.asset(partitions_def=venue_partitions, group_name="labels", kinds={"python", "parquet"},
+          code_version=CLAIM_LABELS_CODE_VERSION, pool="llm",
+          check_specs=[dg.AssetCheckSpec("four_rows_per_claim", asset="claim_labels", blocking=True,
+                                         description="every review claim has exactly one row per source and "
+                                                     "labeller, and every label is one of the four or null")])
+def claim_labels(context: dg.AssetExecutionContext, review_claims: pl.DataFrame, author_responses: pl.DataFrame,
+                 reviewer_followups: pl.DataFrame, chunks: pl.DataFrame, chunk_embeddings: pl.DataFrame,
+                 lake: LakeResource, llm: LLMGatewayResource, embedding_model: EmbeddingResource,
+                 venue_registry: VenueRegistryResource):
+    """One row per (claim, source, labeller): roles `labeller_a` and `labeller_b` label every review claim against
+    its review thread (`source` thread, prompt `label_rebuttal`: author text only, never the manuscript) and against
+    the manuscript (`source` manuscript, prompt `label_manuscript`: chunks only, never the thread). The venue's
+    `labelling:` options choose the evidence (see peerify_dagster/domain/labelling.py); `evidence_mode`,
+    `evidence_text` and `evidence_tokens` record exactly what each labeller saw. A review without author response
+    gives thread rows `Not Determined` without a call; a paper without chunks gives `no_manuscript` rows; evidence
+    that does not fit the model's context window is an error row, never truncated. An answer whose label is not one
+    of the four is kept (`raw_label`) with `label` null and `parse_ok` false."""
+    venue = venue_registry.venue(context.partition_key)
+    config = lab.LabellingConfig.from_mapping(venue.labelling)
+    claims = review_claims.sort("claim_order")
+    responses = _by_review(author_responses, "response_id")
+    followups = _by_review(reviewer_followups, "comment_id")
+    chunks_by_paper: dict[str, list[tuple[str, str]]] = defaultdict(list)
+    for paper_id, chunk_id, text in chunks.sort("order").select("paper_id", "chunk_id", "text").iter_rows():
+        chunks_by_paper[paper_id].append((chunk_id, text))
+    rankings: dict[str, list[str]] = {}
+    if config.needs_retrieval and claims.height:
+        cache = embedding_model.cache(lake.lake())
+        rankings, problems = _rankings(claims, chunks, chunk_embeddings, config,
+                                       lambda texts: cache.embed_with_cache(texts)[0])
+        if problems:
+            context.log.warning(f"{len(problems)} claims got no ranking from {config.retriever}: {problems}")
+    threads = {row["claim_id"]: lab.thread_evidence(row["review_id"], responses.get(row["review_id"], []),
+                                                    followups.get(row["review_id"], []), config.thread_evidence)
+               for row in claims.iter_rows(named=True)}
+    hashes = {prompt: template_hash(prompt) for prompt in (lab.THREAD_PROMPT, lab.MANUSCRIPT_PROMPT)}
+    rows: list[dict] = []
+    with venue_gateway(context, llm, lake, venue_registry) as gateway:
+        gateway.preflight(list(lab.LABELLER_ROLES.values()))
+        for labeller, role in lab.LABELLER_ROLES.items():
+            _, spec = gateway.registry.resolve(role)
+            budget = lab.ContextBudget(spec.name, spec.context_window,
+                                       int(spec.decoding.get("max_tokens") or DEFAULT_ANSWER_TOKENS))
+            evidence = {row["claim_id"]: lab.manuscript_evidence(config, row["claim_text"],
+                                                                 chunks_by_paper.get(row["paper_id"], []),
+                                                                 rankings.get(row["claim_id"], []), budget)
+                        for row in claims.iter_rows(named=True)}
+            plan = [(row, lab.SOURCE_THREAD, lab.THREAD_PROMPT, threads[row["claim_id"]].text, [],
+                     threads[row["claim_id"]].mode) for row in claims.iter_rows(named=True)]
+            plan += [(row, lab.SOURCE_MANUSCRIPT, lab.MANUSCRIPT_PROMPT, evidence[row["claim_id"]].text,
+                      evidence[row["claim_id"]].chunk_ids, evidence[row["claim_id"]].mode)
+                     for row in claims.iter_rows(named=True)]
+            answers = {}
+            for prompt, variable in ((lab.THREAD_PROMPT, "author_response"), (lab.MANUSCRIPT_PROMPT, "evidence")):
+                todo = [(row, text) for row, _, p, text, _, _ in plan if p == prompt and text is not None]
+                results = gateway.map(role, prompt, [{"claim": row["claim_text"], variable: text} for row, text in todo],
+                                      role=role, progress=_progress(context, f"{role} {prompt}"))
+                answers.update({(row["claim_id"], prompt): result for (row, _), result in zip(todo, results)})
+            for row, source, prompt, text, chunk_ids, mode in plan:
+                base = {"venue": venue.key, "claim_id": row["claim_id"], "paper_id": row["paper_id"],
+                        "review_id": row["review_id"], "source": source, "labeller": labeller, "role": role,
+                        "evidence_chunk_ids": chunk_ids, "evidence_mode": mode, "evidence_text": text,
+                        "evidence_tokens": estimate_tokens(text) if text is not None else None}
+                if text is not None:
+                    rows.append({**base, **_answer_fields(answers[(row["claim_id"], prompt)]), "prompt_id": prompt,
+                                 "prompt_hash": hashes[prompt]})
+                elif mode == lab.MODE_NO_AUTHOR_RESPONSE:
+                    rows.append({**base, "label": NOT_DETERMINED, "parse_ok": True, "evidence_quotes": [],
+                                 "justification": "rule: the review has no author response, so no call is made"})
+                else:
+                    rows.append({**base, "model": spec.name, "parse_ok": False, "evidence_quotes": [],
+                                 "error": evidence[row["claim_id"]].error})
+        usage = _usage_metadata(gateway)
+    frame = pl.DataFrame(rows, schema=CLAIM_LABEL_SCHEMA)
+    yield dg.Output(frame, metadata={**usage, **_labels_metadata(frame, config)})
+    failing = lab.incomplete_claims(claims["claim_id"], frame.select("claim_id", "source", "labeller", "label").rows())
+    yield dg.AssetCheckResult(check_name="four_rows_per_claim", passed=not failing,
+                              metadata={"failing_ids": dg.MetadataValue.json(sorted(failing)[:200])})
+
+
+def _labels_metadata(frame: pl.DataFrame, config: lab.LabellingConfig) -> dict:
+    called = frame.filter(pl.col("call_id").is_not_null())
+    quotes = [(quotes, text) for quotes, text in called.select("evidence_quotes", "evidence_text").iter_rows()]
+    n_quotes = sum(len(q) for q, _ in quotes)
+    distribution = (frame.group_by("source", "labeller", "label").len()
+                    .sort("source", "labeller", "label", nulls_last=True))
+    manuscript = frame.filter(pl.col("source") == lab.SOURCE_MANUSCRIPT)
+    return {
+        "labelling": dg.MetadataValue.json(vars(config)),
+        "claims": frame["claim_id"].n_unique(),
+        "rows_by_evidence_mode": dg.MetadataValue.json(
+            {f"{s}:{m}": n for s, m, n in frame.group_by("source", "evidence_mode").len().sort("source",
+                                                                                                "evidence_mode").rows()}),
+        "claims_without_manuscript": manuscript.filter(
+            pl.col("evidence_mode") == lab.MODE_NO_MANUSCRIPT)["claim_id"].n_unique(),
+        "manuscript_rows_not_fitting": manuscript.filter(pl.col("error").str.contains("does not fit")).height,
+        "parse_failures": called.filter(~pl.col("parse_ok")).height,
+        "quotes_verbatim_share": round(sum(lab.verbatim_quotes(q, t) for q, t in quotes) / n_quotes, 3)
+        if n_quotes else None,
+        "labels_by_source": dg.MetadataValue.md(markdown_preview(distribution, rows=distribution.height)),
+    }
+
+
+_SOURCE_ORDER = {"all": 0, lab.SOURCE_THREAD: 1, lab.SOURCE_MANUSCRIPT: 2}
+
+
+@dg.asset(partitions_def=venue_partitions, group_name="labels", kinds={"python", "parquet"},
+          code_version=AGREEMENT_CODE_VERSION)
+def labeller_agreement(context: dg.AssetExecutionContext, claim_labels: pl.DataFrame,
+                       claim_types: pl.DataFrame) -> pl.DataFrame:
+    """How far labeller A and labeller B agree, per source (`thread`, `manuscript`, `all` pooled) and claim type
+    (`factual`, `subjective`, `untyped`, `all`): raw agreement, Cohen's kappa and the 4x4 table (`confusion[i][j]`:
+    items A labelled LABELS[i] and B labelled LABELS[j], in the order Supported, Partially Supported, Not
+    Supported, Not Determined). Items where either labeller made no call (rule label, no manuscript, evidence too
+    long) and parse failures are counted apart. Kappa is null with `kappa_status` `undefined_single_class` when
+    both labellers gave every item one and the same label (chance agreement 1: kappa is 0/0)."""
+    types = dict(zip(claim_types["claim_id"], claim_types["claim_type"]))
+    grouped = lab.groups(lab.paired_items(claim_labels.iter_rows(named=True), types))
+    rows, markdown = [], {}
+    for (source, kind), items in sorted(grouped.items(), key=lambda g: (_SOURCE_ORDER[g[0][0]], g[0][1] != "all",
+                                                                        g[0][1])):
+        summary = lab.summarise(items)
+        result = summary.agreement
+        rows.append({"venue": context.partition_key, "source": source, "claim_type": kind,
+                     "n_items": summary.n_items, "n_without_call": summary.n_without_call,
+                     "n_parse_failed": summary.n_parse_failed, "n_pairs": result.n_pairs, "agreed": result.agreed,
+                     "raw_agreement": result.raw_agreement, "kappa": result.kappa,
+                     "kappa_status": result.kappa_status, "confusion": result.table})
+        section = f"**claim type {kind}**: {lab.describe(summary)}\n\n{lab.markdown_table(result.table)}"
+        markdown[source] = f"{markdown[source]}\n\n{section}" if source in markdown else section
+    context.add_output_metadata({f"agreement_{source}": dg.MetadataValue.md(text) for source, text in markdown.items()})
+    return pl.DataFrame(rows, schema=AGREEMENT_SCHEMA)

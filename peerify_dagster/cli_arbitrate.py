@@ -1,0 +1,488 @@
+"""`peerify arbitrate`: a maintainer works through the open items of a venue in the terminal; `peerify audit sample`
+draws the human audit's sample.
+
+Modes of `arbitrate`:
+- `arbitration`: the `arbitration_queue` items without a live decision; the two candidate labels are shown as 1 and
+  2, never with the labeller that gave them;
+- `audit`: the audit sample's items this annotator has not labelled, blind (no candidate or automated label);
+- `consensus`: audit items on which the audit's two annotators disagree and nobody has settled.
+
+Every decision is appended to the venue's decision ledger the moment its key is pressed (the ledger fsyncs), so a
+killed session loses at most the item on screen. Keys are read one at a time when stdin is a terminal, else one
+line per answer (scripts can drive it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import termios
+import textwrap
+import tty
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TextIO
+
+import polars as pl
+
+from peerify_dagster import paths
+from peerify_dagster.domain import arbitration, audit
+from peerify_dagster.domain.labels import LABELS, NOT_DETERMINED, NOT_SUPPORTED, PARTIALLY_SUPPORTED, SUPPORTED
+from peerify_dagster.domain.venues import RegistryError, Venue, load_registry
+from peerify_dagster.resources import audit_sample
+from peerify_dagster.resources.decisions import Decision, DecisionLedger, LedgerError, current_decisions, new_decision
+from peerify_dagster.resources.lake import Lake, UnreadablePartitionError
+
+MODES = ("arbitration", "audit", "consensus")
+LABEL_KEYS = {"s": SUPPORTED, "p": PARTIALLY_SUPPORTED, "n": NOT_SUPPORTED, "d": NOT_DETERMINED}
+CANDIDATE_KEYS = {"1": "candidate_1", "2": "candidate_2"}
+SOURCE_NAMES = {"thread": "the review thread (author responses)", "manuscript": "the manuscript"}
+DEFAULT_SHOWN_LINES = 30
+QUIT_KEYS = {"q", "\x04"}  # q, or Ctrl-D (in cbreak mode it arrives as a character)
+
+
+class ArbitrateError(Exception):
+    """A mistake in the request (venue, missing table, ...), reported as one line with exit code 2."""
+
+
+def _say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def _venue(key: str) -> Venue:
+    registry_path = Path(paths.registry_path())
+    registry = load_registry(registry_path)
+    if key not in registry:
+        raise ArbitrateError(f"{registry_path}: venue {key!r} is not registered (known: {', '.join(sorted(registry))})")
+    return registry[key]
+
+
+def _lake_table(lake: Lake, table: str, venue: str, built_by: str) -> pl.DataFrame:
+    try:
+        return lake.read_table(table, venue)
+    except FileNotFoundError:
+        raise ArbitrateError(f"no {table} for {venue} yet: {built_by}") from None
+    except UnreadablePartitionError as exc:
+        raise ArbitrateError(f"{exc.path} is unreadable ({exc.reason}): {built_by}") from None
+
+
+# -- the items of a session -----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Candidate:
+    label: str | None
+    justification: str | None
+    evidence: list[str]
+
+
+@dataclass(frozen=True)
+class Item:
+    item_id: str
+    claim_id: str
+    source: str
+    claim_text: str
+    claim_type: str | None
+    source_material: str | None
+    version: str | None  # the queue / audit-sample version a decision on it answers
+    candidates: tuple[Candidate, ...] = ()  # arbitration only
+    human_labels: tuple[str, ...] = ()  # consensus only: the two annotators' labels
+
+
+class Session:
+    """One annotator working through one mode's items of a venue; every decision goes straight to the ledger."""
+
+    def __init__(self, lake_root: str | Path, venue: str, mode: str, annotator: str):
+        self.lake_root, self.venue, self.mode, self.annotator = lake_root, venue, mode, annotator
+        self.kind = "arbitration" if mode == "arbitration" else mode  # the decisions' kind
+        self.ledger = DecisionLedger(lake_root, venue, "arbitration" if mode == "arbitration" else "audit")
+        self.queue_rows: list[dict] = []  # arbitration: the queue as built
+        self.sample_version: str | None = None  # audit and consensus: the sample's version
+        self.items = self._load_items()
+        self.made: list[str] = []  # ids of the decisions of this session still live
+
+    @property
+    def saved(self) -> int:
+        return len(self.made)
+
+    def _load_items(self) -> list[Item]:
+        if self.mode == "arbitration":
+            queue = _lake_table(Lake(self.lake_root), "arbitration_queue", self.venue,
+                                f"`peerify build {self.venue}` builds the arbitration queue")
+            self.queue_rows = queue.to_dicts()
+            return [_queue_item(row) for row in self.queue_rows]
+        sample = audit_sample.read_sample(self.lake_root, self.venue)
+        if sample is None:
+            raise ArbitrateError(f"no audit sample for {self.venue} yet: draw one with "
+                                 f"`peerify audit sample --venue {self.venue} --n 300`")
+        self.sample_version = audit_sample.sample_version_of(sample)
+        items = [_sample_item(row) for row in sample.iter_rows(named=True)]
+        if self.mode == "audit":
+            self._check_annotator_slot()
+        return items
+
+    def _check_annotator_slot(self) -> None:
+        state = audit_sample.read_audit_state(self.lake_root, self.venue, self.sample_version)
+        if len(state.annotators) == 2 and self.annotator not in state.annotators:
+            raise ArbitrateError(f"the audit of {self.venue} already has its two annotators "
+                                 f"({' and '.join(state.annotators)}); use --mode consensus to settle their "
+                                 "disagreements")
+
+    # the decisions of this session's kind, current ones, and which items are open
+    def _decisions(self) -> list[Decision]:
+        decisions = [d for d in self.ledger.read().decisions if d.kind == self.kind]
+        if self.mode != "arbitration":
+            decisions = [d for d in decisions if d.queue_version == self.sample_version]
+        return decisions
+
+    def open_items(self) -> list[Item]:
+        decisions = self._decisions()
+        if self.mode == "arbitration":  # a decision made on an older queue that no longer applies reopens its item
+            current = current_decisions(decisions)
+            still_open = {row["item_id"] for row in arbitration.open_items(self.queue_rows, current)}
+            return [item for item in self.items if item.item_id in still_open]
+        if self.mode == "audit":
+            mine = {item_id for item_id, annotator in current_decisions(decisions, per_annotator=True)
+                    if annotator == self.annotator}
+            return [item for item in self.items if item.item_id not in mine]
+        state = audit_sample.read_audit_state(self.lake_root, self.venue, self.sample_version)
+        open_items = []
+        for item in self.items:
+            labels = (state.label(item.item_id, 0), state.label(item.item_id, 1))
+            settled = state.consensus.get(item.item_id)
+            if audit.needs_consensus(audit.AuditItem(item.item_id, item.claim_type, *labels,
+                                                     settled.label if settled else None, None)):
+                open_items.append(_with_human_labels(item, labels))
+        return open_items
+
+    def total(self) -> int:
+        return len(self.items)
+
+    def position(self, item: Item) -> int:
+        return next(i for i, other in enumerate(self.items, start=1) if other.item_id == item.item_id)
+
+    def decide(self, item: Item, label: str, choice: str, note: str | None) -> Decision:
+        if self.mode != "arbitration":
+            self._check_sample_unchanged()
+        if self.mode == "audit":  # two others may have started labelling since this session began
+            self._check_annotator_slot()
+        decision = new_decision(venue=self.venue, claim_id=item.claim_id, source=item.source, kind=self.kind,
+                                action="decide", choice=choice, label=label, annotator=self.annotator, note=note,
+                                queue_version=item.version, supersedes=None)
+        self.ledger.append([decision])
+        self.made.append(decision.decision_id)
+        return decision
+
+    def undo(self) -> Decision | None:
+        """Retract this annotator's latest live decision of this mode; None when there is none."""
+        decisions = self._decisions()
+        retracted = {d.supersedes for d in decisions if d.action == "retract"}
+        mine = [d for d in decisions if d.action == "decide" and d.annotator == self.annotator
+                and d.decision_id not in retracted]
+        if not mine:
+            return None
+        last = mine[-1]
+        self.ledger.append([new_decision(venue=self.venue, claim_id=last.claim_id, source=last.source,
+                                         kind=self.kind, action="retract", choice=None, label=None,
+                                         annotator=self.annotator, note=None, queue_version=last.queue_version,
+                                         supersedes=last.decision_id)])
+        if last.decision_id in self.made:
+            self.made.remove(last.decision_id)
+        return last
+
+    def _check_sample_unchanged(self) -> None:
+        sample = audit_sample.read_sample(self.lake_root, self.venue)
+        if sample is None or audit_sample.sample_version_of(sample) != self.sample_version:
+            raise ArbitrateError(f"the audit sample of {self.venue} was redrawn during this session; "
+                                 "start `peerify arbitrate` again")
+
+
+def _queue_item(row: dict) -> Item:
+    candidates = tuple(Candidate(row[f"candidate_{n}_label"], row[f"candidate_{n}_justification"],
+                                 list(row[f"candidate_{n}_evidence"] or [])) for n in (1, 2))
+    return Item(row["item_id"], row["claim_id"], row["source"], row["claim_text"], row.get("claim_type"),
+                row.get("source_material"), row["queue_version"], candidates=candidates)
+
+
+def _sample_item(row: dict) -> Item:
+    return Item(row["item_id"], row["claim_id"], row["source"], row["claim_text"], row.get("claim_type"),
+                row.get("source_material"), row["audit_sample_version"])
+
+
+def _with_human_labels(item: Item, labels: tuple[str | None, str | None]) -> Item:
+    return replace(item, human_labels=tuple(label or "-" for label in labels))
+
+
+# -- the terminal ---------------------------------------------------------------------------------------------------
+class Keys:
+    """Answers from stdin: single keys in cbreak mode on a terminal (signals such as Ctrl-C still work), else one
+    line per answer (its first character is the key)."""
+
+    def __init__(self, stream: TextIO | None = None):
+        self.stream = stream or sys.stdin
+        self.is_tty = self.stream.isatty()
+
+    @contextmanager
+    def active(self) -> Iterator[None]:
+        if not self.is_tty:
+            yield
+            return
+        fd = self.stream.fileno()
+        saved = termios.tcgetattr(fd)
+        try:
+            tty.setcbreak(fd)
+            yield
+        finally:
+            termios.tcsetattr(fd, termios.TCSADRAIN, saved)
+
+    def key(self) -> str:
+        if self.is_tty:
+            # One read is one key press; a multi-byte one (an arrow key's escape sequence) is no key of ours.
+            pressed = os.read(self.stream.fileno(), 32).decode("utf-8", errors="replace")
+            return pressed.lower() if len(pressed) == 1 else (pressed and "?") or "q"
+        line = self.stream.readline()
+        if not line:
+            return "q"  # end of input: quit, like q
+        return line.strip()[:1].lower() or "\n"
+
+    def line(self, prompt: Callable[[], None]) -> str:
+        """One line of free text (a note), typed with the terminal's own echo and editing. The prompt is shown only
+        once the terminal reads lines again, so what is typed after it is never caught in single-key mode."""
+        if not self.is_tty:
+            prompt()
+            return self.stream.readline().rstrip("\n")
+        fd = self.stream.fileno()
+        cbreak = termios.tcgetattr(fd)
+        cooked = list(cbreak)
+        cooked[3] |= termios.ICANON | termios.ECHO
+        termios.tcsetattr(fd, termios.TCSADRAIN, cooked)
+        try:
+            prompt()
+            return self.stream.readline().rstrip("\n")
+        finally:
+            termios.tcsetattr(fd, termios.TCSADRAIN, cbreak)
+
+
+class Screen:
+    """What the annotator sees: text wrapped to the terminal, long source material trimmed with a marker."""
+
+    def __init__(self, write: Callable[[str], None], width: int, shown_lines: int):
+        self.write, self.width, self.shown_lines = write, width, shown_lines
+
+    def wrap(self, text: str | None, indent: str = "  ") -> list[str]:
+        lines = []
+        for paragraph in (text or "").splitlines() or [""]:
+            lines += textwrap.wrap(paragraph, self.width, initial_indent=indent, subsequent_indent=indent) or [""]
+        return lines
+
+    def item(self, item: Item, position: int, total: int, open_count: int, mode: str) -> list[str]:
+        """Shows the item; returns the source-material lines hidden by the trim (shown by `m`)."""
+        out = [f"\n=== {position}/{total}  ({open_count} open)  {item.item_id} ===",
+               f"claim type: {item.claim_type or 'unknown'}", "claim:", *self.wrap(item.claim_text),
+               f"source material, from {SOURCE_NAMES.get(item.source, item.source)}:"]
+        material = self.wrap(item.source_material) if item.source_material else ["  (none recorded)"]
+        shown, hidden = material[:self.shown_lines], material[self.shown_lines:]
+        out += shown
+        if hidden:
+            characters = sum(len(line.strip()) for line in hidden)
+            out.append(f"  [... {len(hidden)} more lines ({characters} characters) hidden; m shows them]")
+        for number, candidate in enumerate(item.candidates, start=1):
+            out.append(f"candidate {number}: {candidate.label or '(no label: the answer could not be parsed)'}")
+            out += self.wrap(candidate.justification or "(no justification)", "    ")
+            out += [line for quote in candidate.evidence for line in self.wrap(f'"{quote}"', "    > ")]
+        if item.human_labels:
+            out.append(f"the annotators' labels: {'  vs  '.join(item.human_labels)}")
+        out.append(self.help(mode))
+        self.write("\n".join(out) + "\n")
+        return hidden
+
+    @staticmethod
+    def help(mode: str) -> str:
+        labels = " ".join(f"{key}={label}" for key, label in LABEL_KEYS.items())
+        choose = "1/2 choose a candidate, " if mode == "arbitration" else ""
+        return f"keys: {choose}{labels}, k skip, u undo, o note, m more, q quit"
+
+
+def walk(session: Session, keys: Keys, screen: Screen) -> int:
+    """The session's loop; returns the process exit code."""
+    write = screen.write
+    open_items = session.open_items()
+    if not open_items:
+        what = {"arbitration": "nothing to arbitrate", "audit": "nothing to label",
+                "consensus": "nothing to reconcile"}[session.mode]
+        write(f"{what} for {session.venue}: {session.total()} item(s), none open for {session.annotator}\n")
+        return 0
+    skipped: set[str] = set()
+    current: Item | None = None
+    with keys.active():
+        while True:
+            open_items = session.open_items()
+            if current is None or current.item_id not in {i.item_id for i in open_items}:
+                current = next((i for i in open_items if i.item_id not in skipped), None)
+            if current is None:
+                write(f"no open item left in this session ({len(skipped)} skipped); "
+                      f"{session.saved} decision(s) saved\n")
+                return 0
+            current = next(i for i in open_items if i.item_id == current.item_id)  # fresh human labels
+            hidden = screen.item(current, session.position(current), session.total(), len(open_items),
+                                 session.mode)
+            note = None
+            while True:
+                write("> ")
+                key = keys.key()
+                write(("" if not keys.is_tty else key if key.isprintable() else "") + "\n")
+                if key in QUIT_KEYS:
+                    write(f"quit; {session.saved} decision(s) saved this session\n")
+                    return 0
+                if key == "k":
+                    skipped.add(current.item_id)
+                    current = None
+                    break
+                if key == "u":
+                    undone = session.undo()
+                    if undone is None:
+                        write("nothing of yours to undo\n")
+                        continue
+                    write(f"undone: your decision {undone.label} on {undone.item_id}\n")
+                    skipped.discard(undone.item_id)
+                    current = next((i for i in session.open_items() if i.item_id == undone.item_id), None)
+                    break
+                if key == "o":
+                    note = keys.line(lambda: write("note: ")).strip() or None
+                    write(f"note kept for this item's decision: {note!r}\n" if note else "no note\n")
+                    continue
+                if key == "m":
+                    write("\n".join(hidden) + "\n" if hidden else "nothing hidden\n")
+                    continue
+                answer = _answer(current, key, session.mode)
+                if isinstance(answer, str):
+                    write(answer + "\n")
+                    continue
+                label, choice = answer
+                session.decide(current, label, choice, note)
+                where = f" (candidate {choice[-1]})" if choice.startswith("candidate_") else ""
+                write(f"saved: {label}{where}\n")
+                current = None
+                break
+
+
+def _answer(item: Item, key: str, mode: str) -> tuple[str, str] | str:
+    """(label, choice) for a deciding key, else the line that says why the key does not decide."""
+    if mode == "arbitration" and key in CANDIDATE_KEYS:
+        candidate = item.candidates[int(key) - 1]
+        if candidate.label not in LABELS:
+            return f"candidate {key} has no label to choose; press a label key instead"
+        return candidate.label, CANDIDATE_KEYS[key]
+    if key in LABEL_KEYS:
+        label = LABEL_KEYS[key]
+        if mode != "arbitration":
+            return label, "label"
+        # A label equal to a candidate's is that candidate upheld, not a third label.
+        same = [n for n, candidate in enumerate(item.candidates, start=1) if candidate.label == label]
+        return label, f"candidate_{same[0]}" if same else "third_label"
+    return f"unknown key {key!r}; {Screen.help(mode)}"
+
+
+# -- commands -----------------------------------------------------------------------------------------------------
+def cmd_arbitrate(args: argparse.Namespace) -> int:
+    venue = _venue(args.venue)
+    if not args.annotator.strip():
+        raise ArbitrateError("--annotator must name the person deciding")
+    session = Session(paths.lake_root(), venue.key, args.mode, args.annotator.strip())
+    width = min(shutil.get_terminal_size((100, 24)).columns, 110) - 2
+    screen = Screen(lambda text: (sys.stdout.write(text), sys.stdout.flush()), max(width, 40), args.lines)
+    try:
+        return walk(session, Keys(), screen)
+    except KeyboardInterrupt:
+        _say(f"\ninterrupted; {session.saved} decision(s) saved this session")
+        return 130
+
+
+def build_audit_sample(lake: Lake, venue: str, n: int, seed: int) -> tuple[pl.DataFrame, int]:
+    """The drawn sample as stored, and how many RebuttalSourced items were left out for having no author reply."""
+    built_by = f"`peerify build {venue}` builds it"
+    canonical = _lake_table(lake, "canonical_labels", venue, built_by)
+    labels = _lake_table(lake, "claim_labels", venue, built_by)
+    claims = _lake_table(lake, "review_claims", venue, built_by)
+    types = (lake.read_table("claim_types", venue) if lake.table_path("claim_types", venue).exists()
+             else pl.DataFrame(schema={"claim_id": pl.String, "claim_type": pl.String}))
+    # What the thread labellers saw is the material the annotators judge (one row per claim: the labellers share it).
+    thread = (labels.filter(pl.col("source") == "thread").sort("labeller")
+              .unique("claim_id", keep="first", maintain_order=True)
+              .select("claim_id", pl.col("evidence_text").alias("source_material"), "evidence_mode"))
+    population = (canonical.filter((pl.col("source") == "thread") & pl.col("label").is_not_null())
+                  .select("item_id", "claim_id", "paper_id", "review_id", "source", "label")
+                  .join(thread, on="claim_id", how="left")
+                  .join(claims.select("claim_id", "claim_text"), on="claim_id", how="left")
+                  .join(types.select("claim_id", "claim_type").unique("claim_id"), on="claim_id", how="left"))
+    no_reply = pl.col("evidence_mode").fill_null("") == "no_author_response"
+    without_reply, population = population.filter(no_reply), population.filter(~no_reply)
+    drawn = audit.draw_stratified(population.to_dicts(), n, seed)
+    version = audit.sample_version(venue, seed, [row["item_id"] for row in drawn])
+    rows = [{**row, "venue": venue, "audit_sample_version": version, "seed": seed} for row in drawn]
+    frame = pl.DataFrame(rows, schema=audit_sample.AUDIT_SAMPLE_SCHEMA) if rows \
+        else pl.DataFrame(schema=audit_sample.AUDIT_SAMPLE_SCHEMA)
+    return frame, without_reply.height
+
+
+def cmd_audit_sample(args: argparse.Namespace) -> int:
+    venue = _venue(args.venue)
+    seed = venue.seed if args.seed is None else args.seed
+    lake = Lake(paths.lake_root())
+    try:
+        sample, without_reply = build_audit_sample(lake, venue.key, args.n, seed)
+    except audit.AuditSampleError as exc:
+        raise ArbitrateError(f"cannot draw the audit sample of {venue.key}: {exc}") from None
+    if sample.is_empty():
+        raise ArbitrateError(f"{venue.key} has no RebuttalSourced item with a canonical label to audit "
+                             "(pending items are not sampled; arbitrate them first)")
+    try:
+        path = audit_sample.write_sample(lake.root, venue.key, sample, force=args.force)
+    except audit_sample.AuditSampleRefused as exc:
+        raise ArbitrateError(f"not drawn: {exc}") from None
+    strata = ", ".join(f"{label} {count}" for label, count in sample.group_by("stratum", maintain_order=True).len()
+                       .iter_rows())
+    print(f"drew {sample.height} items for the audit of {venue.key} (seed {seed}, version "
+          f"{audit_sample.sample_version_of(sample)}): {strata}")
+    if without_reply:
+        print(f"left out {without_reply} item(s) whose review has no author response (Not Determined without a call)")
+    print(f"stored in {path}; annotators label it with "
+          f"`peerify arbitrate --venue {venue.key} --annotator NAME --mode audit`")
+    return 0
+
+
+def _guarded(command: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return command(args)
+        except (ArbitrateError, RegistryError, LedgerError) as exc:
+            _say(str(exc))
+            return 2
+    return run
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    arbitrate = subparsers.add_parser(
+        "arbitrate", help="work through a venue's open arbitration queue, audit sample or audit disagreements",
+        description="Keys: 1/2 choose a candidate (arbitration), s/p/n/d give Supported / Partially Supported / "
+                    "Not Supported / Not Determined, k skip, u undo your last decision, o add a note to the decision, "
+                    "m show hidden source material, q quit. Each decision is saved the moment it is made.")
+    arbitrate.add_argument("--venue", required=True, help="a venue key from venues.yaml")
+    arbitrate.add_argument("--annotator", required=True, help="your name, recorded with every decision")
+    arbitrate.add_argument("--mode", choices=MODES, default="arbitration")
+    arbitrate.add_argument("--lines", type=int, default=DEFAULT_SHOWN_LINES,
+                           help=f"source-material lines shown before the rest is hidden (default {DEFAULT_SHOWN_LINES}; "
+                                "m shows the rest)")
+    arbitrate.set_defaults(func=_guarded(cmd_arbitrate))
+
+    audit_parser = subparsers.add_parser("audit", help="the human audit of the automated labels")
+    audit_sub = audit_parser.add_subparsers(dest="audit_command", required=True)
+    sample = audit_sub.add_parser("sample", help="draw the venue's audit sample (once), stratified by label")
+    sample.add_argument("--venue", required=True)
+    sample.add_argument("--n", type=int, default=300, help="items to draw (default 300)")
+    sample.add_argument("--seed", type=int, default=None, help="default: the venue's seed in venues.yaml")
+    sample.add_argument("--force", action="store_true",
+                        help="draw again over an existing sample (refused once anyone has labelled it)")
+    sample.set_defaults(func=_guarded(cmd_audit_sample))

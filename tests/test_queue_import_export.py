@@ -1,0 +1,217 @@
+"""`peerify queue export` and `peerify decisions import`: each format's round trip to canonical provenance, and every
+way an import is rejected whole (nothing written to the ledger)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import xml.etree.ElementTree as ET
+
+import dagster as dg
+import pytest
+
+from peerify_dagster import cli
+from peerify_dagster.domain.labels import LABELS
+from peerify_dagster.resources.decisions import DecisionLedger, new_decision
+from peerify_dagster.resources.lake import Lake
+from tests.arbitration_support import CANONICAL, build, canonical, standard_labels, write_inputs
+
+VENUE = "X.cc/2026"
+
+
+@pytest.fixture
+def venue(tmp_path, monkeypatch):
+    """A built queue (c1:thread disagree, c3:thread parse_failed, c5:manuscript disagree) and the lake's env."""
+    registry = tmp_path / "venues.yaml"
+    registry.write_text(f"venues:\n  {VENUE}:\n    seed: 11\n")
+    lake_root = tmp_path / "lake"
+    write_inputs(lake_root, VENUE, standard_labels(VENUE))
+    instance = dg.DagsterInstance.ephemeral()
+    build(VENUE, registry, lake_root, instance)
+    monkeypatch.setenv("PEERIFY_LAKE", str(lake_root))
+    monkeypatch.setenv("PEERIFY_VENUES", str(registry))
+    lake = Lake(lake_root)
+    key = {row["item_id"]: row for row in lake.read_table("arbitration_key", VENUE).to_dicts()}
+    return {"lake_root": lake_root, "registry": registry, "instance": instance, "key": key,
+            "ledger": DecisionLedger(lake_root, VENUE)}
+
+
+def rebuild_canonical(venue) -> dict[str, dict]:
+    build(VENUE, venue["registry"], venue["lake_root"], venue["instance"], CANONICAL)
+    return canonical(venue["lake_root"], VENUE)
+
+
+def export(tmp_path, fmt: str, *extra: str) -> list[dict]:
+    out = tmp_path / f"queue.{fmt}"
+    assert cli.main(["queue", "export", "--venue", VENUE, "--format", fmt, "--out", str(out), *extra]) == 0
+    text = out.read_text()
+    return [json.loads(line) for line in text.splitlines()] if fmt == "jsonl" else list(csv.DictReader(io.StringIO(text)))
+
+
+def import_file(path, annotator: str = "carol") -> int:
+    return cli.main(["decisions", "import", "--venue", VENUE, str(path), "--annotator", annotator])
+
+
+def write_jsonl(path, records: list[dict]):
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path
+
+
+def test_export_holds_open_items_unless_all(tmp_path, venue, capsys):
+    records = export(tmp_path, "jsonl")
+    assert sorted(r["item_id"] for r in records) == ["c1:thread", "c3:thread", "c5:manuscript"]
+    c1 = next(r for r in records if r["item_id"] == "c1:thread")
+    venue["ledger"].append([new_decision(venue=VENUE, claim_id="c1", source="thread", kind="arbitration",
+                                         action="decide", choice="candidate_1", label=c1["candidate_1_label"],
+                                         annotator="alice", queue_version=c1["queue_version"])])
+    assert sorted(r["item_id"] for r in export(tmp_path, "jsonl")) == ["c3:thread", "c5:manuscript"]
+    assert len(export(tmp_path, "csv", "--all")) == 3
+    assert "exported 3 of 3 queue items (all items)" in capsys.readouterr().out
+
+
+def test_jsonl_round_trip(tmp_path, venue, capsys):
+    records = {r["item_id"]: r for r in export(tmp_path, "jsonl")}
+    records["c1:thread"].update(choice="candidate_1", note="the authors conceded")
+    records["c3:thread"].update(label="Not Determined")  # neither candidate's: a third label
+    path = write_jsonl(tmp_path / "answers.jsonl", list(records.values()))  # c5 left undecided
+    assert import_file(path) == 0
+    assert "imported 2 decision(s)" in capsys.readouterr().out
+    labels = rebuild_canonical(venue)
+    upheld = f"{venue['key']['c1:thread']['candidate_1_labeller']}_upheld"
+    assert (labels["c1:thread"]["label"], labels["c1:thread"]["provenance"], labels["c1:thread"]["annotator"]) == (
+        records["c1:thread"]["candidate_1_label"], upheld, "carol")
+    assert (labels["c3:thread"]["label"], labels["c3:thread"]["provenance"]) == ("Not Determined", "third_label")
+    assert labels["c5:manuscript"]["provenance"] == "pending"
+    decisions = venue["ledger"].read().decisions
+    assert [d.note for d in decisions] == ["the authors conceded", None]
+
+
+def test_csv_round_trip_with_labels_only(tmp_path, venue):
+    rows = export(tmp_path, "csv")
+    c5 = next(r for r in rows if r["item_id"] == "c5:manuscript")
+    c5["label"] = c5["candidate_2_label"].lower()  # a spreadsheet user typing the label in lower case
+    path = tmp_path / "answers.csv"
+    with open(path, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    assert import_file(path) == 0
+    [decision] = venue["ledger"].read().decisions
+    assert (decision.choice, decision.label) == ("candidate_2", c5["candidate_2_label"])
+    labels = rebuild_canonical(venue)
+    upheld = f"{venue['key']['c5:manuscript']['candidate_2_labeller']}_upheld"
+    assert (labels["c5:manuscript"]["label"], labels["c5:manuscript"]["provenance"]) == (
+        c5["candidate_2_label"], upheld)
+
+
+def labelstudio_export(tasks: list[dict], answers: dict[str, list[str]]) -> list[dict]:
+    """What Label Studio's "Export JSON" writes after labelling the imported tasks (one annotation per answer)."""
+    exported = []
+    for number, task in enumerate(tasks, start=1):
+        annotations = [{"id": 100 + number, "completed_by": 7, "was_cancelled": False, "result": [
+            {"from_name": "label", "to_name": "claim", "type": "choices", "value": {"choices": [label]}},
+            {"from_name": "note", "to_name": "claim", "type": "textarea", "value": {"text": ["looked twice"]}},
+        ]} for label in answers.get(task["data"]["item_id"], [])]
+        exported.append({"id": number, "data": task["data"], "annotations": annotations, "predictions": []})
+    return exported
+
+
+def test_labelstudio_round_trip(tmp_path, venue):
+    folder = tmp_path / "ls"
+    assert cli.main(["queue", "export", "--venue", VENUE, "--format", "labelstudio", "--out", str(folder)]) == 0
+    tasks = json.loads((folder / "tasks.json").read_text())
+    config = ET.fromstring((folder / "labelling_config.xml").read_text())
+    assert [c.get("value") for c in config.iter("Choice")] == list(LABELS)
+    shown = {t.get("value") for t in config.iter("Text")}
+    assert shown == {"$claim_text", "$source_material", "$candidate_1", "$candidate_2"}
+    assert all(set(("claim_text", "source_material", "candidate_1", "candidate_2")) <= set(t["data"]) for t in tasks)
+    c1 = next(t["data"] for t in tasks if t["data"]["item_id"] == "c1:thread")
+    assert c1["candidate_2"].startswith(f"Label: {c1['candidate_2_label']}")
+    path = tmp_path / "project-1-at-2026.json"
+    path.write_text(json.dumps(labelstudio_export(tasks, {"c1:thread": [c1["candidate_2_label"]]})))
+    assert import_file(path) == 0
+    [decision] = venue["ledger"].read().decisions
+    assert (decision.choice, decision.note) == ("candidate_2", "label studio user 7: looked twice")
+    labels = rebuild_canonical(venue)
+    upheld = f"{venue['key']['c1:thread']['candidate_2_labeller']}_upheld"
+    assert labels["c1:thread"]["provenance"] == upheld
+
+
+JSONL_REJECTIONS = {
+    "unknown claim": ({"item_id": "c99:thread", "claim_id": "c99", "choice": "candidate_1"},
+                      "item 'c99:thread': unknown claim id"),
+    "item not queued": ({"item_id": "c2:thread", "claim_id": "c2", "label": "Supported"},
+                        "item 'c2:thread': known claim, but this item is not in the arbitration queue"),
+    "label outside vocabulary": ({"label": "Mostly Supported"}, "label 'Mostly Supported' is not one of"),
+    "wrong venue": ({"venue": "Y.cc/2026", "choice": "candidate_1"}, "venue 'Y.cc/2026' is not 'X.cc/2026'"),
+    "stale queue version": ({"queue_version": "0123456789abcdef", "choice": "candidate_1"},
+                            "answers queue version 0123456789abcdef, the current one is"),
+    "missing field": ({"queue_version": None, "choice": "candidate_1"}, "missing field(s) queue_version"),
+    "unknown choice": ({"choice": "candidate_3"}, "choice 'candidate_3' is not one of"),
+    "choice and label disagree": ({"choice": "candidate_1", "label": "Not Determined"},
+                                  "but the label given is 'Not Determined'"),
+    "claim id mismatch": ({"claim_id": "c5", "choice": "candidate_1"}, "claim_id 'c5' does not match item_id"),
+    "third label that is a candidate": ({"choice": "third_label", "label": "Not Supported"},
+                                        "third_label 'Not Supported' is one of the candidates"),
+}
+
+
+@pytest.mark.parametrize("case", list(JSONL_REJECTIONS))
+def test_jsonl_rejections_name_the_line_and_write_nothing(tmp_path, venue, capsys, case):
+    change, reason = JSONL_REJECTIONS[case]
+    records = {r["item_id"]: r for r in export(tmp_path, "jsonl")}
+    good = {**records["c5:manuscript"], "label": "Not Determined"}
+    bad = {**records["c1:thread"], **change}
+    capsys.readouterr()
+    assert import_file(write_jsonl(tmp_path / "answers.jsonl", [good, bad])) == 2
+    err = capsys.readouterr().err
+    assert "nothing was imported" in err, err
+    assert [line for line in err.splitlines() if line.strip().startswith("line 2:") and reason in line], err
+    assert not venue["ledger"].path.exists()
+
+
+def test_every_problem_of_a_file_is_reported_at_once(tmp_path, venue, capsys):
+    records = {r["item_id"]: r for r in export(tmp_path, "jsonl")}
+    c3 = records["c3:thread"]
+    unusable = "candidate_1" if c3["candidate_1_label"] is None else "candidate_2"  # its labeller did not parse
+    path = tmp_path / "answers.jsonl"
+    lines = [json.dumps({**records["c1:thread"], "choice": "candidate_1"}), "{not json",
+             json.dumps({**records["c1:thread"], "choice": "candidate_2"}), json.dumps({**c3, "choice": unusable})]
+    path.write_text("\n".join(lines) + "\n")
+    assert import_file(path) == 2
+    err = capsys.readouterr().err
+    assert "rejected" in err and "4 problem(s)" in err
+    assert "line 2: not valid JSON" in err
+    assert "line 1: duplicate answer for c1:thread (also line 3)" in err
+    assert "line 3: duplicate answer for c1:thread (also line 1)" in err
+    assert f"line 4: {unusable} has no usable label" in err
+    assert not venue["ledger"].path.exists()
+
+
+def test_csv_and_labelstudio_rejections(tmp_path, venue, capsys):
+    rows = export(tmp_path, "csv")
+    rows[0]["label"] = "Contradicted"  # a synonym is not the vocabulary
+    path = tmp_path / "answers.csv"
+    with open(path, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=[c for c in rows[0] if c != "venue"])
+        writer.writeheader()
+        writer.writerows({k: v for k, v in row.items() if k != "venue"} for row in rows)
+    capsys.readouterr()
+    assert import_file(path) == 2
+    err = capsys.readouterr().err
+    assert "line 2: missing field(s) venue" in err
+
+    tasks = [{"data": {"item_id": "c1:thread", "venue": VENUE, "queue_version": rows[0]["queue_version"]}}]
+    twice = labelstudio_export(tasks, {"c1:thread": ["Supported", "Not Supported"]})
+    wrong = labelstudio_export([{"data": {**tasks[0]["data"], "item_id": "c1:manuscript"}}],
+                               {"c1:manuscript": ["Refuted"]})
+    wrong[0]["id"] = 2
+    ls_path = tmp_path / "export.json"
+    ls_path.write_text(json.dumps(twice + wrong))
+    assert import_file(ls_path) == 2
+    err = capsys.readouterr().err
+    assert "task 1 (id 1): 2 annotations; export one per task" in err
+    assert "task 2 (id 2): item 'c1:manuscript': known claim, but this item is not in the arbitration queue" in err
+    assert "task 2 (id 2): label 'Refuted' is not one of" in err
+    assert not venue["ledger"].path.exists()
