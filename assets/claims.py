@@ -86,14 +86,14 @@ def venue_gateway(context: dg.AssetExecutionContext, llm: LLMGatewayResource, la
         yield gateway
 
 
-def _progress(context: dg.AssetExecutionContext, what: str) -> Callable:
+def progress_logger(context: dg.AssetExecutionContext, what: str) -> Callable:
     def report(done: int, total: int, _result) -> None:
         if done == total or done % 20 == 0:
             context.log.info(f"{what}: {done}/{total}")
     return report
 
 
-def _usage_metadata(gateway) -> dict:
+def usage_metadata(gateway) -> dict:
     usage = gateway.usage()["by_model"]
     return {"calls_made": sum(u["calls"] for u in usage.values()),
             "cache_hits": sum(u["cache_hits"] for u in usage.values()),
@@ -189,8 +189,8 @@ def review_claims(context: dg.AssetExecutionContext, reviews: pl.DataFrame, revi
     with venue_gateway(context, llm, lake, venue_registry) as gateway:
         gateway.preflight(["extractor"])
         results = gateway.map("extractor", EXTRACT_PROMPT, items, role="extractor",
-                              progress=_progress(context, "review sections"))
-        usage = _usage_metadata(gateway)
+                              progress=progress_logger(context, "review sections"))
+        usage = usage_metadata(gateway)
     candidates: list[Candidate] = []
     unusable: dict[int, int] = defaultdict(int)
     for (unit, section), result in zip(work, results):
@@ -257,8 +257,8 @@ def claim_types(context: dg.AssetExecutionContext, review_claims: pl.DataFrame, 
     with venue_gateway(context, llm, lake, venue_registry) as gateway:
         gateway.preflight(["fact_tagger"])
         results = gateway.map("fact_tagger", TAG_PROMPT, items, role="fact_tagger",
-                              progress=_progress(context, "claims tagged"))
-        usage = _usage_metadata(gateway)
+                              progress=progress_logger(context, "claims tagged"))
+        usage = usage_metadata(gateway)
     prompt_hash = template_hash(TAG_PROMPT)
     rows = []
     for claim, result in zip(review_claims.iter_rows(named=True), results):
@@ -348,15 +348,15 @@ def paper_claims(context: dg.AssetExecutionContext, config: PaperClaimsConfig, p
         written = gateway.map("extractor", PAPER_CLAIM_PROMPT,
                               [{"section": " > ".join(block.section_path), "paragraph": block.text}
                                for _, _, block, _ in drawn],
-                              role="extractor", progress=_progress(context, "paragraphs"))
+                              role="extractor", progress=progress_logger(context, "paragraphs"))
         originals = [_single_claim(result) for result in written]
         problems = [written_claim_problem(original, block.text) if original
                     else (CLAIM_UNUSABLE, first.error or "no claim in the answer")
                     for original, first, (_, _, block, _) in zip(originals, written, drawn)]
         to_rephrase = [original for original, problem in zip(originals, problems) if problem is None]
         rephrased = iter(gateway.map("extractor", REPHRASE_PROMPT, [{"claim": text} for text in to_rephrase],
-                                     role="extractor", progress=_progress(context, "rephrasings")))
-        usage = _usage_metadata(gateway)
+                                     role="extractor", progress=progress_logger(context, "rephrasings")))
+        usage = usage_metadata(gateway)
     rows, seen = [], set()
     for (paper_id, draw_order, block, gold), first, original, problem in zip(drawn, written, originals, problems):
         where = {"venue": venue.key, "paper_id": paper_id, "paragraph_order": block.order}

@@ -7,7 +7,7 @@ from collections import defaultdict
 import dagster as dg
 import polars as pl
 
-from assets.claims import _progress, _usage_metadata, venue_gateway
+from assets.claims import progress_logger, usage_metadata, venue_gateway
 from assets.retrieval import paper_index_loader
 from peerify_dagster.domain import labelling as lab
 from peerify_dagster.domain.labels import LABELS, NOT_DETERMINED
@@ -142,7 +142,7 @@ def claim_labels(context: dg.AssetExecutionContext, review_claims: pl.DataFrame,
             for prompt, variable in ((lab.THREAD_PROMPT, "author_response"), (lab.MANUSCRIPT_PROMPT, "evidence")):
                 todo = [(row, text) for row, _, p, text, _, _ in plan if p == prompt and text is not None]
                 results = gateway.map(role, prompt, [{"claim": row["claim_text"], variable: text} for row, text in todo],
-                                      role=role, progress=_progress(context, f"{role} {prompt}"))
+                                      role=role, progress=progress_logger(context, f"{role} {prompt}"))
                 answers.update({(row["claim_id"], prompt): result for (row, _), result in zip(todo, results)})
             for row, source, prompt, text, chunk_ids, mode in plan:
                 base = {"venue": venue.key, "claim_id": row["claim_id"], "paper_id": row["paper_id"],
@@ -158,7 +158,7 @@ def claim_labels(context: dg.AssetExecutionContext, review_claims: pl.DataFrame,
                 else:
                     rows.append({**base, "model": spec.name, "parse_ok": False, "evidence_quotes": [],
                                  "error": evidence[row["claim_id"]].error})
-        usage = _usage_metadata(gateway)
+        usage = usage_metadata(gateway)
     frame = pl.DataFrame(rows, schema=CLAIM_LABEL_SCHEMA)
     yield dg.Output(frame, metadata={**usage, **_labels_metadata(frame, config)})
     failing = lab.incomplete_claims(claims["claim_id"], frame.select("claim_id", "source", "labeller", "label").rows())
