@@ -27,6 +27,7 @@ from peerify_dagster.domain.paper_claims import (
     written_claim_problem,
 )
 from peerify_dagster.domain.prompts import prompts_code_version, template_hash
+from peerify_dagster.domain.quality import with_found
 from peerify_dagster.partitions import venue_partitions
 from peerify_dagster.resources.dagster_resources import (
     EmbeddingResource,
@@ -34,6 +35,7 @@ from peerify_dagster.resources.dagster_resources import (
     LLMGatewayResource,
     VenueRegistryResource,
 )
+from peerify_dagster.resources.expectations import Expect, gate
 from peerify_dagster.resources.llm_recording import install_recording
 
 EXTRACT_PROMPT = "extract_claims"
@@ -388,7 +390,13 @@ def paper_claims(context: dg.AssetExecutionContext, config: PaperClaimsConfig, p
     yield dg.Output(gap_frame, output_name="paper_claims_dropped", metadata={
         "dropped_by_reason": dg.MetadataValue.json(dict(gap_frame.group_by("reason").len().iter_rows())),
     })
-    known = set(chunks["chunk_id"])
-    missing = sorted({c for ids in frame["gold_chunk_ids"] for c in ids} - known)
-    yield dg.AssetCheckResult(check_name="gold_chunks_exist", passed=not missing, severity=dg.AssetCheckSeverity.ERROR,
-                              metadata={"failing_ids": dg.MetadataValue.json(missing[:200])})
+    yield gold_chunks_gate(frame, chunks)
+
+
+def gold_chunks_gate(claims: pl.DataFrame, chunks: pl.DataFrame) -> dg.AssetCheckResult:
+    """`gold_chunks_exist` of `paper_claims`: every gold chunk id of every claim is in `chunks`; fails naming the
+    missing chunk ids."""
+    gold = claims.select("claim_id", pl.col("gold_chunk_ids").alias("gold_chunk_id")).explode("gold_chunk_id")
+    gold = with_found(gold.drop_nulls("gold_chunk_id"), "gold_chunk_id", chunks["chunk_id"], "chunk_id")
+    return gate("gold_chunks_exist", [Expect(gold, "ExpectColumnValuesToNotBeNull", ("gold_chunk_id",),
+                                             {"column": "chunk_id"})], blocking=True, asset_key="paper_claims")

@@ -25,6 +25,7 @@ from peerify_dagster.resources.dagster_resources import (
 
 CLAIM_LABELS_CODE_VERSION = f"claim-labels-v1-{prompts_code_version([lab.THREAD_PROMPT, lab.MANUSCRIPT_PROMPT])}"
 AGREEMENT_CODE_VERSION = "labeller-agreement-v1"
+CLAIM_THREADS_CODE_VERSION = "claim-threads-v1"
 DEFAULT_ANSWER_TOKENS = 1024  # the answer budget assumed for a model whose decoding sets no max_tokens
 
 _TEXT = pl.String
@@ -34,6 +35,10 @@ CLAIM_LABEL_SCHEMA = {
     "evidence_quotes": pl.List(_TEXT), "evidence_chunk_ids": pl.List(_TEXT), "evidence_mode": _TEXT,
     "evidence_text": _TEXT, "evidence_tokens": pl.Int64, "prompt_id": _TEXT, "prompt_hash": _TEXT, "call_id": _TEXT,
     "error": _TEXT,
+}
+CLAIM_THREAD_SCHEMA = {
+    "venue": _TEXT, "claim_id": _TEXT, "paper_id": _TEXT, "review_id": _TEXT, "thread_mode": _TEXT,
+    "thread_text": _TEXT, "thread_tokens": pl.Int64,
 }
 AGREEMENT_SCHEMA = {
     "venue": _TEXT, "source": _TEXT, "claim_type": _TEXT, "n_items": pl.Int64, "n_without_call": pl.Int64,
@@ -47,6 +52,17 @@ def _by_review(frame: pl.DataFrame, id_column: str) -> dict[str, list[dict]]:
     for row in frame.filter(pl.col("review_id").is_not_null()).iter_rows(named=True):
         grouped[row["review_id"]].append({**row, "id": row[id_column]})
     return grouped
+
+
+def _threads(claims: pl.DataFrame, author_responses: pl.DataFrame, reviewer_followups: pl.DataFrame,
+             config: lab.LabellingConfig) -> dict[str, lab.ThreadEvidence]:
+    """claim id -> the author text of its review's thread, as the venue's `labelling: thread_evidence` assembles it
+    (the thread labeller's evidence, and the `thread` prediction mode's through claim_threads)."""
+    responses = _by_review(author_responses, "response_id")
+    followups = _by_review(reviewer_followups, "comment_id")
+    return {row["claim_id"]: lab.thread_evidence(row["review_id"], responses.get(row["review_id"], []),
+                                                 followups.get(row["review_id"], []), config.thread_evidence)
+            for row in claims.iter_rows(named=True)}
 
 
 def _rankings(claims: pl.DataFrame, chunks: pl.DataFrame, chunk_embeddings: pl.DataFrame,
@@ -106,8 +122,6 @@ def claim_labels(context: dg.AssetExecutionContext, review_claims: pl.DataFrame,
     venue = venue_registry.venue(context.partition_key)
     config = lab.LabellingConfig.from_mapping(venue.labelling)
     claims = review_claims.sort("claim_order")
-    responses = _by_review(author_responses, "response_id")
-    followups = _by_review(reviewer_followups, "comment_id")
     chunks_by_paper: dict[str, list[tuple[str, str]]] = defaultdict(list)
     for paper_id, chunk_id, text in chunks.sort("order").select("paper_id", "chunk_id", "text").iter_rows():
         chunks_by_paper[paper_id].append((chunk_id, text))
@@ -118,9 +132,7 @@ def claim_labels(context: dg.AssetExecutionContext, review_claims: pl.DataFrame,
                                        lambda texts: cache.embed_with_cache(texts)[0])
         if problems:
             context.log.warning(f"{len(problems)} claims got no ranking from {config.retriever}: {problems}")
-    threads = {row["claim_id"]: lab.thread_evidence(row["review_id"], responses.get(row["review_id"], []),
-                                                    followups.get(row["review_id"], []), config.thread_evidence)
-               for row in claims.iter_rows(named=True)}
+    threads = _threads(claims, author_responses, reviewer_followups, config)
     hashes = {prompt: template_hash(prompt) for prompt in (lab.THREAD_PROMPT, lab.MANUSCRIPT_PROMPT)}
     rows: list[dict] = []
     with venue_gateway(context, llm, lake, venue_registry) as gateway:
@@ -164,6 +176,31 @@ def claim_labels(context: dg.AssetExecutionContext, review_claims: pl.DataFrame,
     failing = lab.incomplete_claims(claims["claim_id"], frame.select("claim_id", "source", "labeller", "label").rows())
     yield dg.AssetCheckResult(check_name="four_rows_per_claim", passed=not failing,
                               metadata={"failing_ids": dg.MetadataValue.json(sorted(failing)[:200])})
+
+
+@dg.asset(partitions_def=venue_partitions, group_name="labels", kinds={"python", "parquet"},
+          code_version=CLAIM_THREADS_CODE_VERSION)
+def claim_threads(context: dg.AssetExecutionContext, review_claims: pl.DataFrame, author_responses: pl.DataFrame,
+                  reviewer_followups: pl.DataFrame, venue_registry: VenueRegistryResource) -> pl.DataFrame:
+    """One row per review claim: the thread text its verifier sees in the `thread` prediction mode, assembled as the
+    thread labeller's evidence is (the venue's `labelling: thread_evidence`): `thread_mode` longest_author_reply or
+    thread_with_followups, or no_author_response with thread_text null. A venue imported from a release writes this
+    table itself (thread_mode `release`: the release's author response)."""
+    config = lab.LabellingConfig.from_mapping(venue_registry.venue(context.partition_key).labelling)
+    claims = review_claims.sort("claim_order")
+    threads = _threads(claims, author_responses, reviewer_followups, config)
+    rows = []
+    for row in claims.iter_rows(named=True):
+        thread = threads[row["claim_id"]]
+        rows.append({"venue": context.partition_key, "claim_id": row["claim_id"], "paper_id": row["paper_id"],
+                     "review_id": row["review_id"], "thread_mode": thread.mode, "thread_text": thread.text,
+                     "thread_tokens": estimate_tokens(thread.text) if thread.text is not None else None})
+    frame = pl.DataFrame(rows, schema=CLAIM_THREAD_SCHEMA)
+    modes = frame.group_by("thread_mode").len().sort("thread_mode")
+    context.add_output_metadata({"claims": frame.height, "thread_evidence": config.thread_evidence,
+                                 "claims_by_thread_mode": dg.MetadataValue.json(dict(modes.iter_rows())),
+                                 "thread_tokens_median": frame["thread_tokens"].median()})
+    return frame
 
 
 def _labels_metadata(frame: pl.DataFrame, config: lab.LabellingConfig) -> dict:

@@ -24,8 +24,8 @@ from peerify_dagster.resources.dagster_resources import (
     RetrievalResource,
 )
 
-VERIFY_PROMPT = "verify"
-PREDICTIONS_CODE_VERSION = f"predictions-v1-{prompts_code_version([VERIFY_PROMPT])}"
+VERIFY_PROMPT = pred.VERIFY_PROMPT
+PREDICTIONS_CODE_VERSION = f"predictions-v1-{prompts_code_version([VERIFY_PROMPT, pred.THREAD_PROMPT])}"
 
 PREDICTION_SCHEMA = {
     "venue": pl.String, "configuration": pl.String, "verifier": pl.String, "mode": pl.String,
@@ -39,20 +39,24 @@ CONFIGURATION_HASH = "configuration_hash"  # metadata key: the definition a part
 
 @dg.asset(partitions_def=prediction_partitions, group_name="predictions", kinds={"python", "parquet"},
           code_version=PREDICTIONS_CODE_VERSION, pool="llm",
-          ins={name: dg.AssetIn(partition_mapping=FROM_VENUE)
-               for name in ("retrieval_queries", "retrieval_runs", "chunks")})
+          ins={**{name: dg.AssetIn(partition_mapping=FROM_VENUE)
+                  for name in ("retrieval_queries", "retrieval_runs", "chunks")},
+               # Read from the lake by mode thread only, so the other modes run without it (a venue predicted
+               # before claim_threads existed, inputs written by hand).
+               "claim_threads": dg.AssetIn(partition_mapping=FROM_VENUE, dagster_type=dg.Nothing)})
 def predictions(context: dg.AssetExecutionContext, retrieval_queries: pl.DataFrame, retrieval_runs: pl.DataFrame,
                 chunks: pl.DataFrame, lake: LakeResource, llm: LLMGatewayResource,
                 prediction_configurations: PredictionConfigurationsResource,
                 retrieval: RetrievalResource) -> pl.DataFrame:
     """Per claim the configuration covers and verifier model: the label given what the configuration shows it
     (`rag`: the retriever's top-k passages; `full_context`: every chunk of the manuscript; `oracle`: the gold
-    chunks), the raw label, parse status, the chunk ids shown, tokens and the ledger call id. Unparseable answers
-    keep label null and parse_ok false. A claim that gets no call keeps its row with the status saying why
-    (`no_manuscript`, `no_evidence`, `too_long`: a manuscript that does not fit the model's window is never
-    truncated). An NLI configuration (`verifier: nli:<folder>`, the paper's non-LLM baseline) classifies each shown
-    chunk against the claim instead: entailment -> Supported, contradiction -> Not Supported, neutral -> Not
-    Determined (raw_label: the chunks' classes in order; no call id)."""
+    chunks; `thread`: the claim's thread text from claim_threads, with the thread labeller's prompt
+    `label_rebuttal`), the raw label, parse status, the chunk ids shown, tokens and the ledger call id. Unparseable
+    answers keep label null and parse_ok false. A claim that gets no call keeps its row with the status saying why
+    (`no_manuscript`, `no_evidence`, `too_long`: a manuscript or thread that does not fit the model's window is
+    never truncated; `no_thread`). An NLI configuration (`verifier: nli:<folder>`, the paper's non-LLM baseline)
+    classifies each shown chunk against the claim instead: entailment -> Supported, contradiction -> Not Supported,
+    neutral -> Not Determined (raw_label: the chunks' classes in order; no call id)."""
     keys = context.partition_key.keys_by_dimension
     venue, name = keys[VENUE_DIMENSION], keys[CONFIGURATION_DIMENSION]
     try:
@@ -65,7 +69,9 @@ def predictions(context: dg.AssetExecutionContext, retrieval_queries: pl.DataFra
     paper_chunks, text_of = chunks_by_paper(chunks)
     if configuration.nli_model is not None:
         return _nli_predictions(context, configuration, venue, retrieval_queries, retrieval_runs, paper_chunks, text_of)
-    template = load_prompt(VERIFY_PROMPT)
+    prompt_id = configuration.prompt_id
+    template = load_prompt(prompt_id)
+    threads = _thread_texts(lake, venue) if configuration.mode == pred.MODE_THREAD else None
     rows, started = [], time.monotonic()
     with llm.gateway(lake.lake(), run_id=context.run_id) as gateway:
         verifiers = verifier_models(configuration, gateway)
@@ -74,7 +80,7 @@ def predictions(context: dg.AssetExecutionContext, retrieval_queries: pl.DataFra
             window = pred.prompt_window(spec.context_window, spec.decoding.get("max_tokens"),
                                         template.system + template.user)
             planned = pred.plan_predictions(configuration, retrieval_queries.iter_rows(named=True),
-                                            retrieval_runs.iter_rows(named=True), paper_chunks, window)
+                                            retrieval_runs.iter_rows(named=True), paper_chunks, window, threads)
             _warn_uncalled(context, verifier, planned)
             items = pred.verifier_items(planned, text_of)
 
@@ -82,10 +88,10 @@ def predictions(context: dg.AssetExecutionContext, retrieval_queries: pl.DataFra
                 if done == total or done % 10 == 0:
                     context.log.info(f"{name} / {verifier}: {done}/{total} claims predicted")
 
-            results = iter(gateway.map(verifier, VERIFY_PROMPT, items, role=pred.VERIFIERS_ROLE, progress=progress))
+            results = iter(gateway.map(verifier, prompt_id, items, role=pred.VERIFIERS_ROLE, progress=progress))
             rows += [_row(venue, configuration, verifier, plan,
                           _answer(next(results)) if plan.status == pred.STATUS_OK else {"error": plan.reason},
-                          VERIFY_PROMPT) for plan in planned]
+                          prompt_id) for plan in planned]
         usage = gateway.usage()
     for record in gateway.quarantined:
         context.log.warning(record.describe())
@@ -100,6 +106,16 @@ def predictions(context: dg.AssetExecutionContext, retrieval_queries: pl.DataFra
              "call_ids": list(r.call_ids)} for r in gateway.quarantined]),
     })
     return frame
+
+
+def _thread_texts(lake: LakeResource, venue: str) -> dict[str, str | None]:
+    """claim id -> its thread text (claim_threads of the venue)."""
+    try:
+        threads = lake.lake().read_table("claim_threads", venue)
+    except FileNotFoundError:
+        raise dg.Failure(f"mode thread needs claim_threads of {venue}: build the venue first (`peerify build "
+                         f"{venue}`), or import its release", allow_retries=False) from None
+    return dict(zip(threads["claim_id"], threads["thread_text"]))
 
 
 def chunks_by_paper(chunks: pl.DataFrame) -> tuple[dict[str, list[tuple[str, str]]], dict[str, str]]:

@@ -1,46 +1,79 @@
-"""Stage 6, reports: PNG figures a maintainer looks at after a build, written under `<lake>/reports/<venue>/`."""
+"""Stage 6, reports: the venue's report (the paper's main tables and PNG figures) written under
+`<lake>/reports/<venue>/` as report.md (figures beside it) and a self-contained report.html, and shown whole in the
+Dagster UI on the asset's page."""
+
+from pathlib import Path
 
 import dagster as dg
 import polars as pl
 
-from peerify_dagster.domain import plots
-from peerify_dagster.domain.labels import LABELS
-from peerify_dagster.domain.predictions import SOURCE_ANSWER_KEY, STATUS_OK
-from peerify_dagster.partitions import FROM_VENUE, venue_partitions
+from peerify_dagster.domain.report import (
+    REPORT_TABLES,
+    UI_EMBED_BYTES,
+    Input,
+    build_report,
+    render_html,
+    render_markdown,
+)
+from peerify_dagster.partitions import FROM_VENUE, prediction_key, venue_partitions
 from peerify_dagster.resources.dagster_resources import LakeResource
 from peerify_dagster.resources.files import write_atomic
-from peerify_dagster.resources.lake import partition_slug
+from peerify_dagster.resources.lake import Lake, UnreadablePartitionError, partition_slug
 
 REPORT_SCHEMA = {"venue": pl.String, "figure": pl.String, "path": pl.String, "description": pl.String}
+REPORT_MARKDOWN, REPORT_HTML = "report.md", "report.html"
+
+
+def report_folder(lake: Lake, venue: str) -> Path:
+    """Where the venue's report.md, report.html and PNG figures are written."""
+    return lake.root / "reports" / partition_slug(venue)
+
+
+def _read(lake: Lake, table: str, partition: str, context: dg.AssetExecutionContext) -> Input:
+    """The partition from the lake; a table not built for the venue (or unreadable) becomes a gap in the report."""
+    try:
+        return Input(table, partition, lake.read_table(table, partition))
+    except FileNotFoundError:
+        return Input(table, partition, None)
+    except UnreadablePartitionError as exc:
+        context.log.warning(str(exc))
+        return Input(table, partition, None, f"unreadable ({exc.reason}); re-materialise {table} for {partition!r}")
 
 
 @dg.asset(partitions_def=venue_partitions, group_name="reports", kinds={"python", "parquet", "matplotlib"},
-          code_version="reports-v2", ins={"predictions": dg.AssetIn(partition_mapping=FROM_VENUE)})
-def venue_report(context: dg.AssetExecutionContext, retrieval_metrics: pl.DataFrame, chunks: pl.DataFrame,
-                 predictions: pl.DataFrame, lake: LakeResource) -> pl.DataFrame:
-    """Figures for the venue: retrieval metrics per retriever, chunk sizes against the paper's chunker, and each
-    verifier's labels against the answer key under each prediction configuration built for the venue. The table
-    lists the PNG files."""
-    venue = context.partition_key
-    folder = lake.lake().root / "reports" / partition_slug(venue)
-    measured = retrieval_metrics.filter(pl.col("status") == "ok").to_dicts()
-    figures = {
-        "retrieval_metrics.png": (plots.retrieval_metrics_chart(measured, f"Retrieval on {venue}"),
-                                  "Recall@1/5/10, nDCG@10, MRR@10 per retriever"),
-        "chunk_words.png": (plots.chunk_size_histogram(chunks["word_count"].to_list(), f"Chunk sizes, {venue}"),
-                            "words per chunk, with the paper's median and p90"),
-    }
-    keyed = predictions.filter((pl.col("claim_source") == SOURCE_ANSWER_KEY) & (pl.col("status") == STATUS_OK))
-    for configuration, verifier in sorted(set(keyed.select("configuration", "verifier").iter_rows())):
-        rows = keyed.filter((pl.col("configuration") == configuration) & (pl.col("verifier") == verifier))
-        pairs = list(zip(rows["label"].to_list(), rows["gold_label"].to_list()))  # only claims a call was made for
-        figures[f"verifier_{verifier}_{configuration}.png"] = (
-            plots.label_confusion_chart(pairs, list(LABELS), f"{verifier} ({configuration}) vs answer key, {venue}"),
-            f"labels of {verifier} under configuration {configuration} against the answer key's manuscript labels",
-        )
-    rows = []
-    for name, (png, description) in figures.items():
-        write_atomic(folder / name, png)
-        rows.append({"venue": venue, "figure": name, "path": str(folder / name), "description": description})
-    context.add_output_metadata({name: dg.MetadataValue.path(str(folder / name)) for name in figures})
-    return pl.DataFrame(rows, schema=REPORT_SCHEMA)
+          code_version="reports-v3",
+          deps=[*REPORT_TABLES, dg.AssetDep("predictions", partition_mapping=FROM_VENUE)])
+def venue_report(context: dg.AssetExecutionContext, lake: LakeResource) -> pl.DataFrame:
+    """The venue's report from whichever of its tables are built (a venue imported from a release has no labels,
+    usage or chunks: the report says "not built for this venue" there): slice statistics, accuracy by verifier x
+    configuration x slice, accuracy vs macro-F1, retrieval metrics, labeller agreement and arbitration outcomes,
+    token costs; figures: label distribution per slice, per configuration a confusion matrix and gold vs predicted
+    labels per verifier and slice, retrieval metrics, chunk sizes. Each names the asset [partition] it came from.
+    The table lists the PNG files."""
+    venue, store = context.partition_key, lake.lake()
+    inputs = {table: _read(store, table, venue, context) for table in REPORT_TABLES}
+    metrics = inputs["metrics"].frame
+    configurations = sorted(set(metrics["configuration"])) if metrics is not None else []
+    predictions = {name: _read(store, "predictions", str(prediction_key(venue, name)), context)
+                   for name in configurations}
+    report = build_report(venue, inputs, predictions)
+
+    folder = report_folder(store, venue)
+    for figure in report.figures:
+        write_atomic(folder / figure.file_name, figure.png)
+    for stale in set(folder.glob("*.png")) - {folder / figure.file_name for figure in report.figures}:
+        stale.unlink()  # figures of an earlier report (a configuration since removed) would outlive their tables
+    markdown_path, html_path = folder / REPORT_MARKDOWN, folder / REPORT_HTML
+    write_atomic(markdown_path, render_markdown(report).encode())
+    write_atomic(html_path, render_html(report).encode())
+    embedded = render_markdown(report, embed_up_to=UI_EMBED_BYTES)
+    context.add_output_metadata({
+        "report": dg.MetadataValue.md(embedded),
+        "report_kib": round(len(embedded.encode()) / 1024, 1),
+        "report_md": dg.MetadataValue.path(str(markdown_path)),
+        "report_html": dg.MetadataValue.path(str(html_path)),
+        "not_built": dg.MetadataValue.json(report.missing),
+    })
+    return pl.DataFrame([{"venue": venue, "figure": figure.file_name, "path": str(folder / figure.file_name),
+                          "description": f"{figure.title} (source: {', '.join(i.source for i in figure.sources)})"}
+                         for figure in report.figures], schema=REPORT_SCHEMA)

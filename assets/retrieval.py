@@ -6,7 +6,15 @@ import dagster as dg
 import numpy as np
 import polars as pl
 
-from peerify_dagster.domain.gold_evidence import claims_without_manuscript, gold_chunk_ids, load_claim_key
+from peerify_dagster.domain.gold_evidence import (
+    RELEVANCE_MODES,
+    PaperChunk,
+    claims_gold_unlocatable,
+    claims_without_manuscript,
+    gold_chunk_ids,
+    has_gold,
+    load_claim_key,
+)
 from peerify_dagster.domain.predictions import SOURCE_ANSWER_KEY, SOURCE_PAPER, SOURCE_REVIEW
 from peerify_dagster.domain.retrieval import RUN_COLUMNS, PaperIndex, build_retrievers, retrieve_claims
 from peerify_dagster.domain.retrieval_metrics import evaluate_runs
@@ -19,6 +27,7 @@ from peerify_dagster.resources.dagster_resources import (
 )
 
 RETRIEVAL_CODE_VERSION = "retrieval-v2"
+RETRIEVAL_METRICS_CODE_VERSION = "retrieval-metrics-v3"  # hit@k, strict and section relevance
 
 QUERY_SCHEMA = {
     "venue": pl.String, "claim_id": pl.String, "paper_id": pl.String, "review_id": pl.String,
@@ -31,8 +40,9 @@ RUN_SCHEMA = {
     "chunk_id": pl.String, "score": pl.Float64, "status": pl.String, "error": pl.String,
 }
 METRIC_SCHEMA = {
-    "venue": pl.String, "retriever": pl.String, "status": pl.String, "reason": pl.String, "n_claims": pl.Int64,
-    "n_claims_scored": pl.Int64, "n_claims_without_manuscript": pl.Int64, "n_claims_without_gold": pl.Int64,
+    "venue": pl.String, "retriever": pl.String, "relevance": pl.String, "status": pl.String, "reason": pl.String,
+    "n_claims": pl.Int64, "n_claims_scored": pl.Int64, "n_claims_without_manuscript": pl.Int64,
+    "n_claims_without_gold": pl.Int64, "n_claims_gold_unlocatable": pl.Int64,
     "recall@1": pl.Float64, "recall@5": pl.Float64, "recall@10": pl.Float64,
     "ndcg@10": pl.Float64, "mrr@10": pl.Float64,
 }
@@ -118,25 +128,41 @@ def retrieval_runs(context: dg.AssetExecutionContext, retrieval_queries: pl.Data
 
 
 @dg.asset(partitions_def=venue_partitions, group_name="retrieval", kinds={"python", "parquet"},
-          code_version=RETRIEVAL_CODE_VERSION)
+          code_version=RETRIEVAL_METRICS_CODE_VERSION)
 def retrieval_metrics(context: dg.AssetExecutionContext, retrieval_runs: pl.DataFrame,
                       retrieval_queries: pl.DataFrame, chunks: pl.DataFrame) -> pl.DataFrame:
-    """Recall@1/5/10, nDCG@10 and MRR@10 per retriever over the claims whose gold chunks are known (the chunks
-    containing an answer-key claim's evidence sentence; the chunks holding a PaperSourced claim's paragraph). Claims with an evidence sentence whose paper has no chunks (no
+    """Recall@1/5/10 (a claim is found at k when any of its relevant chunks is in the top k), nDCG@10 and MRR@10 per
+    retriever and relevance mode, over the claims with gold evidence (answer-key claims: their evidence sentence;
+    PaperSourced claims: the chunks holding their paragraph). `strict`: relevant = the chunks holding the gold
+    evidence; `section` (as the Peerify reference code scores): any chunk of the gold evidence's section too. Gold
+    text is matched after Unicode (NFKC, ligatures), whitespace and hyphenation normalisation; claims whose gold no
+    chunk holds are counted in `n_claims_gold_unlocatable`, apart from `n_claims_without_gold` (no gold by design:
+    review claims, undecidable answer-key claims), and not averaged. Claims with gold whose paper has no chunks (no
     usable manuscript) count as misses: `n_claims` = `n_claims_scored` + `n_claims_without_manuscript`, so a lost
-    manuscript lowers recall instead of shrinking the denominator. Configurations that could not run are listed
-    as unavailable."""
-    chunks_by_paper: dict[str, list[tuple[str, str]]] = {}
-    for paper_id, chunk_id, text in chunks.select("paper_id", "chunk_id", "text").iter_rows():
-        chunks_by_paper.setdefault(paper_id, []).append((chunk_id, text))
+    manuscript lowers recall instead of shrinking the denominator. Configurations that could not run are listed as
+    unavailable."""
+    chunks_by_paper: dict[str, list[PaperChunk]] = {}
+    for paper_id, chunk_id, text, path in chunks.select("paper_id", "chunk_id", "text", "section_path").iter_rows():
+        chunks_by_paper.setdefault(paper_id, []).append(PaperChunk(chunk_id, text, tuple(path or ())))
     claims = retrieval_queries.to_dicts()
-    gold = gold_chunk_ids(claims, chunks_by_paper)
     without_manuscript = claims_without_manuscript(claims, chunks_by_paper)
     ran = retrieval_runs.filter(pl.col("status") != "unavailable")
-    rows = [{"venue": context.partition_key, "status": "ok", "reason": None, **r}
-            for r in evaluate_runs(ran.iter_rows(named=True), gold, without_manuscript=without_manuscript)]
-    rows += [{"venue": context.partition_key, "retriever": r["retriever"], "status": "unavailable", "reason": r["error"]}
-             for r in retrieval_runs.filter(pl.col("status") == "unavailable").iter_rows(named=True)]
+    unavailable = retrieval_runs.filter(pl.col("status") == "unavailable")
+    rows, unlocatable_by_mode = [], {}
+    for relevance in RELEVANCE_MODES:
+        gold = gold_chunk_ids(claims, chunks_by_paper, relevance)
+        unlocatable = claims_gold_unlocatable(claims, chunks_by_paper, gold)
+        if unlocatable:
+            context.log.warning(f"{relevance}: {len(unlocatable)} claims have gold evidence that no chunk of their "
+                                f"manuscript holds (counted in n_claims_gold_unlocatable): {sorted(unlocatable)}")
+        unlocatable_by_mode[relevance] = sorted(unlocatable)
+        rows += [{"venue": context.partition_key, "relevance": relevance, "status": "ok", "reason": None, **r}
+                 for r in evaluate_runs(ran.iter_rows(named=True), gold, without_manuscript=without_manuscript,
+                                        gold_unlocatable=unlocatable)]
+        rows += [{"venue": context.partition_key, "retriever": r["retriever"], "relevance": relevance,
+                  "status": "unavailable", "reason": r["error"]} for r in unavailable.iter_rows(named=True)]
     frame = pl.DataFrame(rows, schema=METRIC_SCHEMA)
-    context.add_output_metadata({"claims_with_gold": len(gold), "claims_without_manuscript": len(without_manuscript)})
+    context.add_output_metadata({"claims_with_gold": sum(map(has_gold, claims)),
+                                 "claims_without_manuscript": len(without_manuscript),
+                                 "claims_gold_unlocatable": dg.MetadataValue.json(unlocatable_by_mode)})
     return frame

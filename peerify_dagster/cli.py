@@ -18,8 +18,17 @@ import duckdb
 import pyarrow.parquet as pq
 import yaml
 
-from peerify_dagster.domain.venues import SOURCES, RegistryError, Venue, add_venue, load_registry, missing_files
-from peerify_dagster import cli_arbitrate, cli_queue, paths
+from peerify_dagster.domain.release_import import IMPORTED_TABLES
+from peerify_dagster.domain.venues import (
+    SOURCE_RELEASE,
+    SOURCES,
+    RegistryError,
+    Venue,
+    add_venue,
+    load_registry,
+    missing_files,
+)
+from peerify_dagster import cli_arbitrate, cli_import, cli_queue, cli_release, cli_report, paths
 from peerify_dagster.resources.files import remove_stale_temporaries
 from peerify_dagster.resources.lake import (
     SHARED_TABLES,
@@ -44,7 +53,7 @@ class ConfigError(Exception):
     """A configuration mistake, reported as its one-line message with exit code 2."""
 
 
-def _say(line: str) -> None:
+def say(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
@@ -83,7 +92,7 @@ def venue_summary(lake: Lake, venue: str) -> tuple[list[str], list[tuple]]:
     return ["table", "rows"], rows
 
 
-def _check_dagster_home() -> None:
+def check_dagster_home() -> None:
     home = os.environ.get("DAGSTER_HOME")
     if not home:
         return
@@ -110,7 +119,7 @@ def check_build_config(venue_key: str) -> Venue:
     missing = missing_files(venue, registry_path)
     if missing:
         raise ConfigError(missing[0])
-    _check_dagster_home()
+    check_dagster_home()
     from peerify_dagster.resources.llm_gateway import CallLedger, LLMGateway, LLMGatewayError
 
     # Reading the ledger moves its unreadable segments aside. The ledger logs each one; here they are reported
@@ -125,18 +134,18 @@ def check_build_config(venue_key: str) -> Venue:
     finally:
         ledger_log.disabled = False
         for record in gateway.quarantined if gateway else []:
-            _say(record.describe())
+            say(record.describe())
     return venue
 
 
-def _open_home(holder: str, capture_step_output: bool = True) -> dg.DagsterInstance:
+def open_home(holder: str, capture_step_output: bool = True) -> dg.DagsterInstance:
     """The Dagster instance with its dead runs recovered, and stale temporaries gone from the lake."""
     from dagster import DagsterError
 
     from peerify_dagster.resources import runs
 
     try:
-        instance, lines = runs.open_instance(holder, capture_step_output=capture_step_output, on_wait=lambda other: _say(
+        instance, lines = runs.open_instance(holder, capture_step_output=capture_step_output, on_wait=lambda other: say(
             f"waiting for {other} to finish setting up the Dagster home"))
     except DagsterError as exc:
         raise ConfigError(f"DAGSTER_HOME={os.environ.get('DAGSTER_HOME')}: {_one_line(exc)}") from None
@@ -144,7 +153,7 @@ def _open_home(holder: str, capture_step_output: bool = True) -> dg.DagsterInsta
     if removed:
         lines.append(f"removed {len(removed)} temporary file(s) left by killed writers under {paths.lake_root()}")
     for line in lines:
-        _say(f"recover: {line}")
+        say(f"recover: {line}")
     return instance
 
 
@@ -156,15 +165,19 @@ def check_configurations(venue_key: str, only: list[str] | None = None) -> list:
     from peerify_dagster.resources.llm_gateway import LLMGatewayError
     from peerify_dagster.resources.llm_gateway.registry import ModelRegistry
 
+    registered = load_registry(Path(paths.registry_path())).get(venue_key)
     try:
         configurations = load_configurations(Path(paths.configurations_path()), ModelRegistry.load().models)
-        return [configurations.get(name) for name in only] if only else configurations.for_venue(venue_key)
+        return [configurations.get(name) for name in only] if only else configurations.for_venue(
+            venue_key, release=registered is not None and registered.source == SOURCE_RELEASE)
     except (BadConfiguration, LLMGatewayError) as exc:
         raise ConfigError(f"cannot build {venue_key}: {_one_line(exc)}") from None
 
 
-def _run_job(instance: dg.DagsterInstance, job_name: str, partition_key, run_config: dict | None = None):
-    """One in-process run of a job of the code location for one partition, reported while it waits for a pool."""
+def run_job(instance: dg.DagsterInstance, job_name: str, partition_key, run_config: dict | None = None,
+             asset_selection: list | None = None):
+    """One in-process run of a job of the code location (`asset_selection`: only those of its assets) for one
+    partition, reported while it waits for a pool."""
     from peerify_dagster.definitions import defs
     from peerify_dagster.resources import runs
 
@@ -173,10 +186,10 @@ def _run_job(instance: dg.DagsterInstance, job_name: str, partition_key, run_con
     # terminal build is re-run by its user, not relaunched in the background by `dagster dev`'s daemon.
     tags = {**runs.process_tags(), "dagster/max_retries": "0"}
     run_config = {**(run_config or {}), "loggers": {"console": {"config": {"log_level": "INFO"}}}}
-    with runs.PoolWaitReporter(instance, run_id, _say):
+    with runs.PoolWaitReporter(instance, run_id, say):
         return defs.resolve_job_def(job_name).execute_in_process(
             partition_key=partition_key, instance=instance, run_config=run_config, raise_on_error=False,
-            run_id=run_id, tags=tags,
+            run_id=run_id, tags=tags, asset_selection=asset_selection,
         )
 
 
@@ -204,18 +217,24 @@ def cmd_build(args: argparse.Namespace) -> int:
     lake = Lake(paths.lake_root())
     if args.configuration and not lake.table_path("retrieval_runs", venue.key).exists():
         raise ConfigError(f"--configuration needs a built venue: build {venue.key} first (`peerify build {venue.key}`)")
+    release = venue.source == SOURCE_RELEASE
+    if release and (missing := [t for t in IMPORTED_TABLES if not lake.table_path(t, venue.key).exists()]):
+        raise ConfigError(f"venue {venue.key}: its imported tables {missing} are not in the lake {lake.root}; "
+                          f"import the release first (`peerify import-release {venue.release} --venue {venue.key}`)")
+
+    from dagster import AssetKey
 
     from assets.predictions import predictions
-    from peerify_dagster.definitions import build_venue_job, predictions_job, venue_results_job
+    from peerify_dagster.definitions import build_venue_job, computed_from, predictions_job, venue_results_job
     from peerify_dagster.partitions import configuration_partitions, prediction_key, venue_partitions
     from peerify_dagster.resources import runs
 
     me = f"the build of {venue.key} (pid {os.getpid()})"
-    instance = _open_home(me, capture_step_output=False)  # the terminal shows the output; no `tail` child
+    instance = open_home(me, capture_step_output=False)  # the terminal shows the output; no `tail` child
     results = []
     # Two builds of one venue write the same partitions: the second waits, then finds most work in the caches.
     with runs.exclusive_lock(lake.root / f".build-{venue.slug}.lock", me,
-                             on_wait=lambda other: _say(f"waiting for {other} to finish")):
+                             on_wait=lambda other: say(f"waiting for {other} to finish")):
         if not instance.has_dynamic_partition(venue_partitions.name, venue.key):
             instance.add_dynamic_partitions(venue_partitions.name, [venue.key])
         known = set(instance.get_dynamic_partitions(configuration_partitions.name))
@@ -224,39 +243,45 @@ def cmd_build(args: argparse.Namespace) -> int:
         # A job runs one partitions definition: the venue's graph, then one run per configuration, then the results.
         inputs_built = True
         if not args.configuration:
-            results.append(_run_job(instance, build_venue_job.name, venue.key,
-                                    {"ops": {"raw_openreview_notes": {"config": {"refetch": args.refetch}}}}))
+            # A release venue's imported tables stand in for its forums: only what follows from them is built.
+            results.append(run_job(instance, build_venue_job.name, venue.key, **(
+                {"asset_selection": computed_from(IMPORTED_TABLES)} if release else
+                {"run_config": {"ops": {"raw_openreview_notes": {"config": {"refetch": args.refetch}}}}})))
             # The predictions need only their inputs: a failure elsewhere (a blocking gate of the slices) fails the
             # build, not the predictions.
             built = {e.asset_key for e in results[0].all_events if e.is_step_materialization}
+            built |= {AssetKey(table) for table in IMPORTED_TABLES} if release else set()
             inputs_built = predictions.dependency_keys <= built
             if not inputs_built:
                 inputs = sorted(key.to_user_string() for key in predictions.dependency_keys)
-                _say(f"predictions not run: their inputs {inputs} were not all built")
+                say(f"predictions not run: their inputs {inputs} were not all built")
         if inputs_built:
             for configuration in configurations:
-                _say(f"predictions of {venue.key} under configuration {configuration.name}")
-                results.append(_run_job(instance, predictions_job.name, prediction_key(venue.key, configuration.name)))
-            results.append(_run_job(instance, venue_results_job.name, venue.key))
+                say(f"predictions of {venue.key} under configuration {configuration.name}")
+                results.append(run_job(instance, predictions_job.name, prediction_key(venue.key, configuration.name)))
+            results.append(run_job(instance, venue_results_job.name, venue.key))
     for line in lake.refresh_catalog().problems():
-        _say(line)
+        say(line)
     columns, rows = venue_summary(lake, venue.key)
     print(f"\nVenue {venue.key}: tables in {lake.root} (catalog {lake.catalog_path.name})\n")
     print(_format_table(columns, rows))
     checks = [check for result in results for check in result.get_asset_check_evaluations()]
     failed = [f"{c.asset_key.to_user_string()}:{c.check_name}" for c in checks if not c.passed]
     print(f"\nasset checks: {len(checks) - len(failed)} passed, {len(failed)} failed {failed if failed else ''}")
+    if any(e.is_step_materialization and e.asset_key.to_user_string() == cli_report.REPORT_ASSET
+           for result in results for e in result.all_events):
+        cli_report.print_report_paths(lake, venue.key)
     if not all(result.success for result in results):
-        _say("the run failed; see the log above")
+        say("the run failed; see the log above")
         return 1
     return 0
 
 
 def cmd_recover(args: argparse.Namespace) -> int:
-    _check_dagster_home()
+    check_dagster_home()
     if not os.environ.get("DAGSTER_HOME"):
-        _say("DAGSTER_HOME is not set: every build used a temporary Dagster instance; no runs to recover")
-    _open_home(f"`peerify recover` (pid {os.getpid()})")
+        say("DAGSTER_HOME is not set: every build used a temporary Dagster instance; no runs to recover")
+    open_home(f"`peerify recover` (pid {os.getpid()})")
     return 0
 
 
@@ -264,17 +289,17 @@ def cmd_sql(args: argparse.Namespace) -> int:
     lake = Lake(paths.lake_root())
     # A process holding the catalog keeps it as it is (its glob views still see new partitions); the query runs.
     for line in lake.refresh_catalog(wait_s=0).problems(with_not_refreshed=False):
-        _say(line)
+        say(line)
     try:
         columns, rows = lake.query(args.query, refresh=False)
     except WriteStatementError as exc:
-        _say(str(exc))
+        say(str(exc))
         return 2
     except CatalogBusyError as exc:
-        _say(f"query not run: {exc}")
+        say(f"query not run: {exc}")
         return 1
     except duckdb.Error as exc:
-        _say(f"query failed: {exc}")
+        say(f"query failed: {exc}")
         return 1
     print(_format_table(columns, rows))
     return 0
@@ -282,8 +307,9 @@ def cmd_sql(args: argparse.Namespace) -> int:
 
 def cmd_venues_list(args: argparse.Namespace) -> int:
     registry = load_registry(Path(paths.registry_path()))
-    rows = [(v.key, v.openreview_id, v.source, v.seed, v.sample_size) for v in registry.values()]
-    print(_format_table(["venue", "openreview_id", "source", "seed", "sample_size"], rows))
+    rows = [(v.key, v.openreview_id, v.source, v.seed, v.sample_size, v.release or v.snapshot)
+            for v in registry.values()]
+    print(_format_table(["venue", "openreview_id", "source", "seed", "sample_size", "folder"], rows))
     return 0
 
 
@@ -295,7 +321,7 @@ def cmd_venues_add(args: argparse.Namespace) -> int:
     try:
         add_venue(Path(paths.registry_path()), venue)
     except RegistryError as exc:
-        _say(f"not added: {exc}")
+        say(f"not added: {exc}")
         return 2
     print(f"registered {venue.key}; the venue sensor adds it as a partition, or run `peerify build {venue.key}`")
     return 0
@@ -330,7 +356,8 @@ def main(argv: list[str] | None = None) -> int:
     add = venues_sub.add_parser("add", help="register a venue")
     add.add_argument("venue_id", help="partition key, normally the OpenReview venue id")
     add.add_argument("--openreview-id", help="OpenReview venue id when it differs from the key")
-    add.add_argument("--source", choices=SOURCES, default="api")
+    add.add_argument("--source", choices=[s for s in SOURCES if s != SOURCE_RELEASE], default="api",
+                     help="api or snapshot (a release venue is registered by `peerify import-release`)")
     add.add_argument("--seed", type=int, default=0)
     add.add_argument("--sample-size", type=int, default=None)
     add.add_argument("--api-url", default="https://api2.openreview.net")
@@ -340,12 +367,15 @@ def main(argv: list[str] | None = None) -> int:
     add.set_defaults(func=cmd_venues_add)
     cli_arbitrate.register(sub)
     cli_queue.register(sub)
+    cli_release.register(sub)
+    cli_report.register(sub)
+    cli_import.register(sub)
 
     args = parser.parse_args(argv)
     try:
         return args.func(args)
     except (ConfigError, RegistryError) as exc:
-        _say(str(exc))
+        say(str(exc))
         return 2
 
 

@@ -1,5 +1,7 @@
 """The code location: one Definitions object with every asset, check, resource, job, schedule and sensor."""
 
+from collections.abc import Iterable
+
 import dagster as dg
 
 from assets import (
@@ -12,12 +14,16 @@ from assets import (
     labels,
     manuscript_pdfs,
     manuscripts,
+    metrics,
     predictions,
+    release,
+    release_import,
     reports,
     retrieval,
     slices,
     verification,
 )
+from peerify_dagster.domain.venues import SOURCE_RELEASE, load_registry
 from peerify_dagster.partitions import configuration_partitions, prediction_key, prediction_partitions, venue_partitions
 from peerify_dagster.resources.decisions import DecisionLedger
 from peerify_dagster.resources.dagster_resources import (
@@ -32,18 +38,19 @@ from peerify_dagster.resources.dagster_resources import (
     VenueRegistryResource,
 )
 
-all_assets = dg.load_assets_from_modules(
+all_assets = [*dg.load_assets_from_modules(
     [ingestion, forum_tables, manuscript_pdfs, manuscripts, embeddings, claims, labels, arbitration, audit, slices,
-     retrieval, verification, predictions, reports]
-)
+     retrieval, verification, predictions, metrics, reports, release]
+), release_import.release_rows]
 
 # A job runs one partitions definition, so a venue is built in three steps (`peerify build` runs them in order):
 # the venue's graph up to the predictions' inputs, the predictions of each of its configurations (one run per venue x
 # configuration partition), then the venue's results that read every built configuration.
 PREDICTIONS = dg.AssetSelection.assets("predictions")
+RELEASE = dg.AssetSelection.assets("label_release")  # not partitioned: a release is its own run
 build_venue_job = dg.define_asset_job(
     "build_venue",
-    selection=dg.AssetSelection.all() - PREDICTIONS.downstream(),
+    selection=dg.AssetSelection.all() - PREDICTIONS.downstream() - RELEASE,
     partitions_def=venue_partitions,
     description="Materialise the venue-partitioned asset graph for one venue, up to the predictions' inputs.",
 )
@@ -58,6 +65,26 @@ venue_results_job = dg.define_asset_job(
     selection=PREDICTIONS.downstream() - PREDICTIONS,
     partitions_def=venue_partitions,
     description="The venue's results over every configuration built for it (reports).",
+)
+
+
+
+def computed_from(imported: Iterable[str]) -> list[dg.AssetKey]:
+    """The assets of the venue graph that follow from the `imported` tables alone, in dependency order: what a venue
+    imported from a release builds (the rest of the graph needs its forums and manuscripts)."""
+    graph = defs.resolve_asset_graph()
+    venue_graph = defs.resolve_job_def(build_venue_job.name).asset_layer.selected_asset_keys
+    available, chosen = {dg.AssetKey(name) for name in imported}, []
+    while added := [key for key in sorted(venue_graph - available)
+                    if (parents := graph.get(key).parent_keys) and parents <= available]:
+        available |= set(added)
+        chosen += added
+    return chosen
+
+
+release_job = dg.define_asset_job(
+    "publish_label_release", selection=RELEASE,
+    description="Write a versioned label release of venues' benchmark slices (run config: version, venues).",
 )
 
 REFRESH_RUN_CONFIG = {"ops": {"raw_openreview_notes": {"config": {"refetch": True}}}}
@@ -128,7 +155,8 @@ def stale_predictions(instance: dg.DagsterInstance, venue: str, configurations) 
 @dg.sensor(jobs=[predictions_job, venue_results_job], minimum_interval_seconds=30,
            default_status=dg.DefaultSensorStatus.RUNNING)
 def configurations_sensor(context: dg.SensorEvaluationContext,
-                          prediction_configurations: PredictionConfigurationsResource):
+                          prediction_configurations: PredictionConfigurationsResource,
+                          venue_registry: VenueRegistryResource):
     """Adds the configurations of configurations.yaml as partitions, and for every built venue runs the
     predictions of each of its configurations that is new, changed or older than the venue's retrieval runs, one run
     per partition; once a venue's predictions are current, re-runs its results if a prediction is newer."""
@@ -138,8 +166,10 @@ def configurations_sensor(context: dg.SensorEvaluationContext,
     if new:  # the runs below need the partitions to exist first: they are requested at the next evaluation
         return dg.SensorResult(dynamic_partitions_requests=[configuration_partitions.build_add_request(new)])
     requests = []
+    releases = {key for key, venue in load_registry(venue_registry.registry_file()).items()
+                if venue.source == SOURCE_RELEASE}
     for venue in context.instance.get_dynamic_partitions(venue_partitions.name):
-        chosen = configurations.for_venue(venue)
+        chosen = configurations.for_venue(venue, release=venue in releases)
         stale = stale_predictions(context.instance, venue, chosen)
         inputs = _latest(context.instance, PREDICTION_INPUTS, venue)
         requests += [dg.RunRequest(job_name=predictions_job.name, partition_key=str(prediction_key(venue, name)),
@@ -200,7 +230,7 @@ def build_resources(lake_root: str | None = None, **overrides) -> dict:
 
 defs = dg.Definitions(
     assets=all_assets,
-    jobs=[build_venue_job, predictions_job, venue_results_job],
+    jobs=[build_venue_job, predictions_job, venue_results_job, release_job],
     sensors=[venue_registry_sensor, catalog_refresh_sensor, human_decisions_sensor, configurations_sensor],
     schedules=[venue_refresh_schedule],
     resources=build_resources(),

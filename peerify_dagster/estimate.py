@@ -25,6 +25,7 @@ OTHER_LLM_STAGES = {
     "claim_labels": ("labeller_a", "labeller_b"),
 }
 PREDICTION_INPUTS = ("retrieval_queries", "retrieval_runs", "chunks")
+THREAD_INPUT = "claim_threads"  # read by mode thread only
 
 
 @dataclass
@@ -50,14 +51,16 @@ def estimate_build(lake: Lake, venue: str, configurations: Sequence[pred.Configu
                    gateway) -> Estimate:  # noqa: ANN001 - an LLMGateway
     """The calls the venue's build would make under `configurations`; `gateway` is an LLMGateway that is never asked
     to call a model."""
-    from assets.predictions import VERIFY_PROMPT, chunks_by_paper
+    from assets.predictions import chunks_by_paper
 
     estimate = Estimate()
     estimate.not_known += [(stage, f"roles {', '.join(roles)}: their requests are planned inside the stage's step "
                                    "(from inputs an earlier step of the build makes); not estimated")
                            for stage, roles in OTHER_LLM_STAGES.items()]
-    missing = [table for table in PREDICTION_INPUTS if not lake.table_path(table, venue).exists()]
     llm_configurations = [c for c in configurations if c.nli_model is None]
+    threaded = any(c.mode == pred.MODE_THREAD for c in llm_configurations)
+    missing = [table for table in PREDICTION_INPUTS + (THREAD_INPUT,) * threaded
+               if not lake.table_path(table, venue).exists()]
     if missing and llm_configurations:
         estimate.not_known.append((
             "predictions", f"{len(llm_configurations)} configuration(s): {', '.join(missing)} of {venue} are not in "
@@ -67,19 +70,22 @@ def estimate_build(lake: Lake, venue: str, configurations: Sequence[pred.Configu
         return estimate
     queries, runs = (lake.read_table(t, venue).to_dicts() for t in PREDICTION_INPUTS[:2])
     paper_chunks, text_of = chunks_by_paper(lake.read_table("chunks", venue))
-    template = load_prompt(VERIFY_PROMPT)
+    threads = dict(lake.read_table(THREAD_INPUT, venue).select("claim_id", "thread_text").iter_rows()) \
+        if threaded else None
     answers = _mean_answer_tokens(lake)
     rows: dict[tuple[str, str], EstimateRow] = {}  # (stage, model) -> its row; one stage per configuration
     seen: set[str] = set()  # a call made once is served from the ledger the next time (another configuration)
     for configuration in llm_configurations:
         names = ([configuration.verifier] if configuration.verifier in gateway.registry.models
                  else gateway.models_for_role(configuration.verifier))
+        prompt_id = configuration.prompt_id
+        template = load_prompt(prompt_id)
         for name in names:
             spec = gateway.registry.model(name)
             window = pred.prompt_window(spec.context_window, spec.decoding.get("max_tokens"),
                                         template.system + template.user)
-            planned = pred.plan_predictions(configuration, queries, runs, paper_chunks, window)
-            calls = gateway.plan_calls(name, VERIFY_PROMPT, pred.verifier_items(planned, text_of),
+            planned = pred.plan_predictions(configuration, queries, runs, paper_chunks, window, threads)
+            calls = gateway.plan_calls(name, prompt_id, pred.verifier_items(planned, text_of),
                                        role=pred.VERIFIERS_ROLE)
             stage = f"predictions:{configuration.name}"
             row = rows.setdefault((stage, name), EstimateRow(stage, pred.VERIFIERS_ROLE, name))
@@ -88,7 +94,7 @@ def estimate_build(lake: Lake, venue: str, configurations: Sequence[pred.Configu
                     row.ledger_hits += 1
                     continue
                 seen.add(call.call_id)
-                known = answers.get((name, VERIFY_PROMPT))
+                known = answers.get((name, prompt_id))
                 row.calls += 1
                 row.tokens_in += pred.estimated_tokens(call.prompt_text)
                 row.tokens_out += round(known) if known is not None else int(call.max_tokens or 0)

@@ -8,12 +8,10 @@ import shutil
 from dataclasses import replace
 
 import dagster as dg
-import polars as pl
 import pytest
 
 import assets.forum_tables
 import assets.manuscripts
-from peerify_dagster.domain import quality
 from peerify_dagster.domain.chunking import Chunk
 from peerify_dagster.definitions import build_resources
 from peerify_dagster.partitions import venue_partitions
@@ -98,18 +96,6 @@ def test_each_forum_table_check_fails_and_names_the_bad_row(case, ingested, tmp_
     else:
         assert evaluation.severity == dg.AssetCheckSeverity.WARN
         assert result.success and "ingest_errors" in started
-
-
-def test_quality_rules_name_each_failing_id():
-    papers = pl.DataFrame({"paper_id": ["P1", "P2"]})
-    rows = pl.DataFrame({"review_id": ["R1", "R2", "R2", "R3"], "paper_id": ["P1", "P2", "P2", "P9"],
-                         "text": ["fine", "", None, "  "]})
-    assert quality.duplicate_ids(rows, "review_id") == ["R2"]
-    assert quality.duplicate_ids(rows.unique("review_id"), "review_id") == []
-    assert quality.orphan_ids(rows, "review_id", papers) == ["R3"]
-    assert quality.orphan_ids(rows.head(3), "review_id", papers) == []
-    assert quality.empty_text_ids(rows, "review_id", "text") == ["R2", "R2", "R3"]
-    assert quality.empty_text_ids(rows.head(1), "review_id", "text") == []
 
 
 def _emptied(chunks: list[Chunk]) -> tuple[list[Chunk], str]:

@@ -51,7 +51,11 @@ def scenario(tmp_path_factory) -> Scenario:
     tmp = tmp_path_factory.mktemp("crash")
     home = fresh_home(tmp / "home")
     lake = Lake(tmp / "lake")
-    env = cli_env(lake.root, sample_registry(tmp, sample_size=1), home)
+    # The sample's default configurations but full-context and oracle: the promises below read hybrid-top3, and
+    # every call is made live here (a full-context call is a whole manuscript).
+    configurations = tmp / "configurations.yaml"
+    configurations.write_text(CONFIGURATIONS)
+    env = cli_env(lake.root, sample_registry(tmp, sample_size=1), home, PEERIFY_CONFIGURATIONS=str(configurations))
     killed = kill_during_llm_calls("sample", env, tmp / "killed", after_new_calls=5)
 
     # A notebook with the catalog open for writing, all through the rebuilds.
@@ -71,6 +75,7 @@ def scenario(tmp_path_factory) -> Scenario:
 
 # The configuration `make demo` predicts every claim of the sample under (configurations.yaml).
 PREDICTIONS = "hybrid-top3|sample"
+CONFIGURATIONS = "configurations:\n  hybrid-top3: {verifier: verifiers, mode: rag, retriever: hybrid, k: 3}\n"
 
 
 def summary_rows(stdout: str, table: str) -> str:

@@ -18,7 +18,8 @@ from peerify_dagster.resources.lake import Lake
 from tests.fixtures_pdf import encrypted_paper, image_only_paper, zero_page_pdf
 from tests.support import SAMPLE, materialise, materialise_predictions, materialization_metadata, sample_registry
 
-WITHOUT_LLM = dg.AssetSelection.all() - dg.AssetSelection.groups("verification", "predictions", "reports")
+WITHOUT_LLM = dg.AssetSelection.all() - dg.AssetSelection.groups("verification", "predictions", "metrics", "reports",
+                                                                  "release")
 # The local model verifies the claims whose label retrieval_queries knows (a few minutes on 2 cores), not every
 # review claim.
 CONFIGURATION = "hybrid-top3"
@@ -182,14 +183,14 @@ def test_local_model_verifies_every_claim_with_evidence(sample_graph):
     chunked = set(tables["chunks"]["paper_id"])
     queries = lake.read_table("retrieval_queries", "sample").filter(pl.col("source") != "review")
     assert rows.height == queries.height == queries.filter(pl.col("paper_id").is_in(chunked)).height
-    assert set(rows["verifier"]) == {"smollm2-135m"} and set(rows["status"]) == {"ok"}
+    assert set(rows["verifier"]) == {"smollm2-135m-verifier"} and set(rows["status"]) == {"ok"}
     parsed = rows.filter(pl.col("parse_ok"))
     # json_schema constrained decoding: the answers parse, so an all-unparsed run is a failure, not a vacuous pass.
     assert parsed.height >= 1 and parsed["label"].is_in(list(LABELS)).all()
     assert rows.filter(~pl.col("parse_ok"))["label"].null_count() == rows.filter(~pl.col("parse_ok")).height
     _, ledger = lake.query("select count(distinct call_id), min(model), max(model) from llm_calls "
                            "where error is null and role = 'verifiers'")
-    assert ledger[0] == (rows.height, "smollm2-135m", "smollm2-135m")
+    assert ledger[0] == (rows.height, "smollm2-135m-verifier", "smollm2-135m-verifier")
     assert (rows["tokens_in"] > 0).all()
     assert materialization_metadata(first[1], "predictions", "calls_made") == [rows.height]
 
@@ -197,8 +198,23 @@ def test_local_model_verifies_every_claim_with_evidence(sample_graph):
 def test_venue_report_writes_png_figures(sample_graph):
     _, _, _, lake = sample_graph
     report = lake.read_table("venue_report", "sample")
-    assert set(report["figure"]) == {"retrieval_metrics.png", "chunk_words.png",
-                                     f"verifier_smollm2-135m_{CONFIGURATION}.png"}
+    assert set(report["figure"]) == {"slice_labels.png", f"confusion_{CONFIGURATION}.png",
+                                     f"labels_{CONFIGURATION}.png", "retrieval_metrics.png", "chunk_words.png"}
     for path in report["path"]:
         data = Path(path).read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
+    folder = Path(report["path"][0]).parent
+    markdown = (folder / "report.md").read_text()
+    assert all(f"]({name})" in markdown for name in report["figure"])
+    assert "(not built for this venue)" not in markdown  # an ordinary venue builds every table the report reads
+
+
+def test_metrics_score_the_configuration_on_the_slices_it_predicts(sample_graph):
+    _, _, tables, lake = sample_graph
+    metrics = lake.read_table("metrics", "sample").filter(pl.col("configuration") == CONFIGURATION)
+    slices = lake.read_table("benchmark_slices", "sample")
+    paper = metrics.filter(pl.col("slice") == "PaperSourced").row(0, named=True)
+    assert paper["n_claims"] == slices.filter(pl.col("slice") == "PaperSourced").height
+    predicted = tables["predictions"].filter(pl.col("claim_source") == "paper_sourced")
+    correct = predicted.filter(pl.col("label") == "Supported").height  # every PaperSourced gold label is Supported
+    assert paper["accuracy"] == pytest.approx(correct / paper["n_claims"])

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from peerify_dagster.domain.gold_evidence import ClaimKeyError, gold_chunk_ids, load_claim_key
+from peerify_dagster.domain.gold_evidence import ClaimKeyError, PaperChunk, gold_chunk_ids, load_claim_key
 
 CLAIM_KEY = Path(__file__).resolve().parents[1] / "peerify_dagster" / "sample_venue" / "claim_key.yaml"
 
@@ -26,8 +26,8 @@ def test_gold_matches_sentences_across_line_breaks_and_only_in_the_claims_paper(
         {"claim_id": "c3", "paper_id": "P1", "evidence_sentence": None},
     ]
     chunks = {
-        "P1": [("P1:0", "Setup. We train\nfor  40 epochs. Then we stop."), ("P1:1", "Unrelated.")],
-        "P2": [("P2:0", "We train for 4 epochs.")],
+        "P1": [PaperChunk("P1:0", "Setup. We train\nfor  40 epochs. Then we stop."), PaperChunk("P1:1", "Unrelated.")],
+        "P2": [PaperChunk("P2:0", "We train for 4 epochs.")],
     }
     assert gold_chunk_ids(claims, chunks) == {"c1": {"P1:0"}}
 

@@ -8,10 +8,10 @@ import pytest
 
 from peerify_dagster.domain.retrieval_metrics import (
     evaluate_runs,
+    hit_at_k,
     markdown_table,
     mrr_at_k,
     ndcg_at_k,
-    recall_at_k,
 )
 
 LOG2_3 = math.log2(3)
@@ -21,15 +21,16 @@ LOG2_3 = math.log2(3)
     ("ranked", "relevant", "k", "expected"),
     [
         (["a", "b", "c"], {"b", "d"}, 1, 0.0),
-        (["a", "b", "c"], {"b", "d"}, 2, 0.5),
-        (["a", "b", "c"], {"b", "d"}, 10, 0.5),
+        # Evidence split over (or duplicated in) chunks b and d: finding either finds the claim's evidence.
+        (["a", "b", "c"], {"b", "d"}, 2, 1.0),
+        (["a", "b", "c"], {"b", "d"}, 10, 1.0),
         (["b", "d"], {"b", "d"}, 2, 1.0),
-        (["b", "b"], {"b", "d"}, 2, 0.5),  # a repeated hit counts once
+        (["b", "b"], {"b", "d"}, 2, 1.0),
         ([], {"a"}, 10, 0.0),
     ],
 )
-def test_recall_at_k(ranked: list[str], relevant: set[str], k: int, expected: float) -> None:
-    assert recall_at_k(ranked, relevant, k) == pytest.approx(expected)
+def test_recall_at_k_is_hit_at_k(ranked: list[str], relevant: set[str], k: int, expected: float) -> None:
+    assert hit_at_k(ranked, relevant, k) == pytest.approx(expected)
 
 
 @pytest.mark.parametrize(
@@ -63,7 +64,7 @@ def test_mrr_at_k(ranked: list[str], relevant: set[str], k: int, expected: float
     assert mrr_at_k(ranked, relevant, k) == pytest.approx(expected)
 
 
-@pytest.mark.parametrize("metric", [recall_at_k, ndcg_at_k, mrr_at_k])
+@pytest.mark.parametrize("metric", [hit_at_k, ndcg_at_k, mrr_at_k])
 def test_metrics_refuse_undefined_inputs(metric) -> None:
     with pytest.raises(ValueError, match="no relevant"):
         metric(["a"], set(), 10)
@@ -107,7 +108,7 @@ def test_evaluate_runs_without_any_gold_reports_none() -> None:
     results = evaluate_runs([run_row("c1", "bm25", 1, "x")], {}, ks=(1,))
     assert results == [
         {"retriever": "bm25", "n_claims": 0, "n_claims_scored": 0, "n_claims_without_manuscript": 0,
-         "n_claims_without_gold": 1, "recall@1": None, "ndcg@1": None, "mrr@1": None}
+         "n_claims_without_gold": 1, "n_claims_gold_unlocatable": 0, "recall@1": None, "ndcg@1": None, "mrr@1": None}
     ]
 
 

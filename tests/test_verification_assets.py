@@ -70,7 +70,8 @@ def predictions_materialised(instance: dg.DagsterInstance) -> dict[str, int]:
 def evaluate_sensor(instance: dg.DagsterInstance):
     """One tick of the configurations sensor; partitions it asks for are added, as the daemon does."""
     context = dg.build_sensor_context(
-        instance=instance, resources={"prediction_configurations": PredictionConfigurationsResource()})
+        instance=instance, resources={"prediction_configurations": PredictionConfigurationsResource(),
+                                      "venue_registry": VenueRegistryResource()})
     result = configurations_sensor(context)
     if isinstance(result, dg.SensorResult):
         for request in result.dynamic_partitions_requests or []:
@@ -208,7 +209,11 @@ def test_adding_a_configuration_to_the_file_runs_only_its_partition_from_the_sen
 def test_the_build_reports_each_configuration_and_the_report_draws_each(built):
     assert "predictions (hybrid-top3)" in built["build"].stdout and "predictions (oracle)" in built["build"].stdout
     figures = built["lake"].read_table("venue_report", "sample")["figure"].to_list()
-    assert "verifier_loopback_hybrid-top3.png" in figures and "verifier_loopback_bm25-top2.png" in figures
+    assert "confusion_hybrid-top3.png" in figures and "confusion_bm25-top2.png" in figures
+    # The build ends by naming the report (`make demo` prints it last).
+    report = built["lake"].root / "reports" / "sample"
+    assert built["build"].stdout.splitlines()[-2:] == [f"report: {report / 'report.html'}",
+                                                       f"markdown: {report / 'report.md'} (figures beside it)"]
 
 
 def test_an_unknown_model_or_retriever_in_a_configuration_fails_before_any_work(tmp_path):

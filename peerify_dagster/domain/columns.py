@@ -145,6 +145,31 @@ COLUMNS: dict[str, str] = {
     "recall@10": "Share of claims with a gold chunk in the top 10.",
     "mrr@10": "Mean reciprocal rank of the first gold chunk within the top 10.",
     "ndcg@10": "Normalised discounted cumulative gain at 10.",
+    "relevance": "Which chunks count as relevant: strict (the chunks holding the gold evidence) or section (also "
+                 "every chunk of the gold evidence's section, as the Peerify reference code scores).",
+    "n_claims_gold_unlocatable": "Claims with gold evidence that no chunk of their manuscript holds (after Unicode, "
+                                 "ligature, whitespace and hyphenation normalisation); not averaged.",
+    # verifier metrics (per configuration, verifier and slice) and token costs
+    "n_predicted": "Claims of the slice with a parsed label (a call was made and its answer parsed).",
+    "n_parse_failures": "Claims of the slice whose call was made but gave no parsed label (counted as errors).",
+    "n_not_called": "Claims of the slice with a prediction row but no call (no_manuscript, no_evidence, too_long, ...; "
+                    "counted as errors).",
+    "n_missing": "Claims of the slice without a prediction row for the configuration (counted as errors).",
+    "accuracy": "Share of the slice's claims predicted exactly right; parse failures, uncalled and missing claims "
+                "count as errors.",
+    "macro_f1": "Mean F1 over the four labels (a label never predicted scores 0), every claim of the slice counted.",
+    "parse_failure_rate": "Parse failures / calls made; null when no call was made.",
+    "per_class": "Per label: precision, recall, F1 and support (gold claims of that label), over the whole slice.",
+    "predicted_distribution": "Claims per predicted label, with `unparsed` for parse failures, uncalled and missing.",
+    "tokens_in_per_claim": "Prompt tokens per claim the verifier was called for.",
+    "tokens_out_per_claim": "Completion tokens per claim the verifier was called for.",
+    "tokens_per_claim": "Prompt + completion tokens per claim the verifier was called for.",
+    "claims_called": "Claims the verifier was called for (status ok).",
+    "full_context_configuration": "The same verifier's full-context configuration compared against (the one that "
+                                  "called most of the same claims); null when there is none.",
+    "full_context_tokens_per_claim": "Tokens per claim of the full-context configuration, over the claims both "
+                                     "configurations called.",
+    "ratio_to_full_context": "Full-context tokens per claim / this configuration's, over the claims both called.",
     # verification and LLM calls
     "evidence_chunk_ids": "Chunks given to the verifier as evidence, in rank order.",
     "gold_label": "Label of the answer key for the claim.",
@@ -305,17 +330,57 @@ TABLE_COLUMNS: dict[tuple[str, str], str] = {
                                         "for claims whose type answer was unusable.",
     ("benchmark_slices", "gold_chunk_ids"): "PaperSourced: the chunks holding the claim's paragraph; empty otherwise.",
     ("predictions", "configuration"): "The prediction configuration (configurations.yaml): the partition with venue.",
-    ("predictions", "mode"): "rag (top-k passages of a retriever), full_context (every chunk) or oracle (gold chunks).",
+    ("predictions", "mode"): "rag (top-k passages of a retriever), full_context (every chunk), oracle (gold chunks) or "
+                             "thread (the claim's thread text, claim_threads).",
     ("predictions", "retriever"): "Retriever whose ranking supplied the passages (rag); null otherwise.",
     ("predictions", "k"): "Passages shown (rag); null otherwise.",
     ("predictions", "claim_source"): "Which claims the row belongs to: review (the review slices), paper_sourced or "
                                      "answer_key (the venue's hand-written key).",
     ("predictions", "status"): "ok (a call was made), or why not: no_manuscript, no_evidence, too_long (the "
-                               "manuscript does not fit the verifier's window; never truncated).",
+                               "manuscript or thread does not fit the verifier's window; never truncated), no_thread "
+                               "(mode thread: the claim's review has no author text).",
     ("predictions", "evidence_chunk_ids"): "Chunks shown to the verifier, in the order shown; empty when no call.",
     ("predictions", "gold_label"): "The label retrieval_queries gives the claim (answer key; PaperSourced: Supported); "
                                    "null for review claims, whose gold labels are in benchmark_slices.",
     ("predictions", "error"): "Why the row has no label: the call's error, parse_failed, or why no call was made.",
+    ("claim_threads", "thread_mode"): "How the thread text was assembled: longest_author_reply, thread_with_followups "
+                                      "(the venue's labelling.thread_evidence), no_author_response (no text), or "
+                                      "release (the author response a release gives the claim).",
+    ("claim_threads", "thread_text"): "The author text the `thread` prediction mode shows the verifier (as the thread "
+                                      "labeller sees it); null without author response.",
+    ("claim_threads", "thread_tokens"): "Estimated tokens of thread_text (about four characters a token); null "
+                                        "without text.",
+    ("release_rows", "row_id"): "The release row: file key and line, e.g. B3:12 (gold_provenance release:B3:12).",
+    ("release_rows", "release_file"): "The release's JSONL file the row was read from.",
+    ("release_rows", "line"): "1-based line of the row in its file.",
+    ("release_rows", "claim_id"): "The claim id the row became: one id per (paper, review, normalised claim text) in "
+                                  "every file of the release.",
+    ("release_rows", "claim_type_raw"): "The release's claim type as written (methodology, experimental, ..., "
+                                        "subjective); the slices keep factual or subjective.",
+    ("release_rows", "labels"): "Each label field of the row (label; B4: b2_label, b3_label): raw as written, mapped "
+                                "to the four labels (Contradicted -> Not Supported, Undetermined -> Not Determined).",
+    ("release_rows", "evidence"): "The row's evidence quotes (evidence; B4: b2_evidence then b3_evidence) as a list.",
+    ("release_rows", "row_json"): "The row's JSONL line exactly as the release wrote it.",
+    ("metrics", "configuration"): "The prediction configuration (configurations.yaml) scored.",
+    ("metrics", "mode"): "The configuration's mode: rag, full_context or oracle.",
+    ("metrics", "retriever"): "Retriever whose ranking supplied the passages (rag); null otherwise.",
+    ("metrics", "k"): "Passages shown (rag); null otherwise.",
+    ("metrics", "status"): "ok, or empty: the slice has no claims (the configuration predicts its claim population).",
+    ("metrics", "n_claims"): "Claims of the slice (benchmark_slices): the denominator of accuracy and macro-F1.",
+    ("metrics", "confusion"): "Gold label x predicted label (the four labels and `unparsed`: parse failures, uncalled "
+                              "and missing claims) -> claims, every cell present.",
+    ("token_costs", "configuration"): "The prediction configuration (configurations.yaml).",
+    ("token_costs", "mode"): "The configuration's mode: rag, full_context or oracle.",
+    ("token_costs", "retriever"): "Retriever whose ranking supplied the passages (rag); null otherwise.",
+    ("token_costs", "k"): "Passages shown (rag); null otherwise.",
+    ("token_costs", "tokens_in"): "Prompt tokens of the calls made.",
+    ("token_costs", "tokens_out"): "Completion tokens of the calls made.",
+    ("retrieval_metrics", "reason"): "Why the retriever has no metrics (unavailable); null for ok rows.",
+    ("retrieval_metrics", "n_claims_without_gold"): "Claims without gold evidence by design (review claims, answer-key "
+                                                    "claims the manuscript cannot decide).",
+    ("retrieval_metrics", "recall@1"): "Share of claims with a relevant chunk at rank 1 (hit@1).",
+    ("retrieval_metrics", "recall@5"): "Share of claims with any relevant chunk in the top 5 (hit@5).",
+    ("retrieval_metrics", "recall@10"): "Share of claims with any relevant chunk in the top 10 (hit@10).",
 }
 
 

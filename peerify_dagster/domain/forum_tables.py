@@ -2,10 +2,10 @@
 
 Input is one `ForumNotes` per paper (every note of the forum as received, older versions of a note
 included). Output rows are plain dicts per table. A venue is built a batch of forums at a time (`forum_batches`),
-and `StreamedChecks` keeps the tables' data-quality checks up to date batch by batch, so no step holds the venue.
-Every note of a forum ends up in exactly one place: one typed table, `note_errors` with a reason, or (an older
-version of a note) superseded by its latest version; `NOTE_TABLES` names the id column of each. A bad note never
-stops the rest of its forum or venue. Everything here is deterministic: same notes in, same rows out.
+and `StreamedChecks` keeps what the tables' data-quality checks read (ids, short fields) batch by batch, so no step
+holds the venue. Every note of a forum ends up in exactly one place: one typed table, `note_errors` with a reason, or
+(an older version of a note) superseded by its latest version; `NOTE_TABLES` names the id column of each. A bad note
+never stops the rest of its forum or venue. Everything here is deterministic: same notes in, same rows out.
 """
 
 from __future__ import annotations
@@ -473,20 +473,18 @@ def placed_notes(frames: dict[str, pl.DataFrame]) -> pl.DataFrame:
 
 
 class StreamedChecks:
-    """The typed tables' data-quality checks over a whole venue, fed one batch of whole forums at a time. It keeps
-    ids (rows, submissions, forums) and failing ids, never rows or note JSON. Every list comes out sorted, as the
-    checks over whole tables (`quality`) give them."""
+    """What the typed tables' data-quality checks read over a whole venue, fed one batch of whole forums at a time.
+    It keeps, per table, the columns its great-expectations checks judge (`quality.checked_columns`: ids and short
+    fields, never texts or note JSON), and what the hand-coded checks need: the notes not accounted for, per forum,
+    and the reasons of note errors (for the likely cause of a venue without typed rows)."""
 
-    def __init__(self, id_columns: dict[str, str], text_columns: dict[str, str]):
-        self.id_columns, self.text_columns = id_columns, text_columns
-        self.seen: dict[str, set[str]] = {table: set() for table in id_columns}
-        self.duplicates: dict[str, set[str]] = {table: set() for table in id_columns}
-        self.orphan_candidates: dict[str, list[tuple[str, str]]] = {table: [] for table in id_columns}
-        self.submission_ids: set[str] = set()
+    def __init__(self, schemas: dict[str, dict[str, pl.DataType]], id_columns: dict[str, str],
+                 text_columns: dict[str, str]):
+        self.columns = {table: quality.checked_columns(table, column, text_columns.get(table), SCORE_FIELDS)
+                        for table, column in id_columns.items()}
+        self.batches: dict[str, list[pl.DataFrame]] = {  # an empty frame first: the schema of a venue without rows
+            table: [pl.DataFrame(schema=schemas[table]).select(columns)] for table, columns in self.columns.items()}
         self.raw_forums: set[str] = set()
-        self.empty_text: dict[str, list[str]] = {table: [] for table in text_columns}
-        self.malformed_submissions: list[str] = []
-        self.malformed_reviews: list[str] = []
         self.unaccounted: dict[str, list[str]] = {}
         self.error_reasons: Counter[str] = Counter()
         self.notes_received = 0
@@ -497,44 +495,20 @@ class StreamedChecks:
         self.notes_received += raw_ids.height
         self.superseded_versions += superseded_versions
         self.raw_forums.update(raw_ids["forum_id"].to_list())
-        self.submission_ids.update(frames["submissions"]["paper_id"].to_list())
-        for table, column in self.id_columns.items():
-            for row_id, paper_id in zip(frames[table][column], frames[table]["paper_id"]):
-                key = str(row_id)
-                if key in self.seen[table]:
-                    self.duplicates[table].add(key)
-                else:
-                    self.seen[table].add(key)
-                if paper_id not in self.submission_ids:  # its forum's submission may still come (in theory)
-                    self.orphan_candidates[table].append((key, paper_id))
-        for table, column in self.text_columns.items():
-            self.empty_text[table] += quality.empty_text_ids(frames[table], self.id_columns[table], column)
-        self.malformed_submissions += quality.malformed_submission_ids(frames["submissions"])
-        self.malformed_reviews += quality.malformed_review_ids(frames["reviews"], SCORE_FIELDS)
+        for table, columns in self.columns.items():
+            self.batches[table].append(frames[table].select(columns))
         self.unaccounted.update(quality.unaccounted_notes(raw_ids, placed_notes(frames)))
         self.error_reasons.update(frames["note_errors"]["reason"].to_list())
 
-    def duplicate_ids(self, table: str) -> list[str]:
-        return sorted(self.duplicates[table])
-
-    def orphan_ids(self, table: str) -> list[str]:
-        return sorted(row_id for row_id, paper_id in self.orphan_candidates[table]
-                      if paper_id not in self.submission_ids)
-
-    def empty_text_ids(self, table: str) -> list[str]:
-        return sorted(self.empty_text[table])
-
-    def malformed_submission_ids(self) -> list[str]:
-        return sorted(self.malformed_submissions)
-
-    def malformed_review_ids(self) -> list[str]:
-        return sorted(self.malformed_reviews)
+    def checked_rows(self, table: str) -> pl.DataFrame:
+        """Every row of `table` so far, in the columns its checks read."""
+        return pl.concat(self.batches[table])
 
     def unaccounted_notes(self) -> dict[str, list[str]]:
         return dict(sorted(self.unaccounted.items()))
 
     def likely_cause_of_empty_tables(self) -> str | None:
         """Why a venue with raw notes has no submission at all, or None when it has submissions (or no notes)."""
-        if not self.notes_received or self.submission_ids:
+        if not self.notes_received or self.checked_rows("submissions").height:
             return None
         return likely_cause_from_reasons(self.error_reasons)

@@ -5,7 +5,10 @@ venue) of the `predictions` asset, so adding one computes only that one. The fil
 a venue builds by default (`venues:`), so the `sample` venue runs a small subset. Every claim a configuration
 covers keeps one row per verifier model: sent to the model (`ok`), or the status saying why not
 (`no_manuscript`, `no_evidence`, `too_long` for a manuscript that does not fit the model's window: it is never
-truncated).
+truncated; `no_thread` in mode `thread` for a claim whose review has no author text).
+
+Mode `thread` shows the verifier the claim's thread text (claim_threads) with the thread labeller's prompt
+(`label_rebuttal`), so verifier and labeller are given the same task.
 """
 
 from __future__ import annotations
@@ -22,20 +25,24 @@ from typing import Any
 
 import yaml
 
+from peerify_dagster.domain.labelling import THREAD_PROMPT
 from peerify_dagster.domain.prompts import format_passages
 from peerify_dagster.domain.retrieval import RETRIEVER_CONFIGS
 
 MODE_RAG = "rag"  # the top-k passages of a retriever
 MODE_FULL_CONTEXT = "full_context"  # every chunk of the manuscript, when it fits the model's context window
 MODE_ORACLE = "oracle"  # the gold chunks (PaperSourced claims)
-MODES = (MODE_RAG, MODE_FULL_CONTEXT, MODE_ORACLE)
+MODE_THREAD = "thread"  # the claim's review thread (claim_threads), no manuscript
+MODES = (MODE_RAG, MODE_FULL_CONTEXT, MODE_ORACLE, MODE_THREAD)
+VERIFY_PROMPT = "verify"  # the prompt of every mode but thread, which uses the thread labeller's THREAD_PROMPT
 DEFAULT_K = 10  # as in the paper
 
 STATUS_OK = "ok"
 STATUS_NO_MANUSCRIPT = "no_manuscript"
 STATUS_NO_EVIDENCE = "no_evidence"
 STATUS_TOO_LONG = "too_long"
-STATUSES = (STATUS_OK, STATUS_NO_MANUSCRIPT, STATUS_NO_EVIDENCE, STATUS_TOO_LONG)
+STATUS_NO_THREAD = "no_thread"
+STATUSES = (STATUS_OK, STATUS_NO_MANUSCRIPT, STATUS_NO_EVIDENCE, STATUS_TOO_LONG, STATUS_NO_THREAD)
 
 # retrieval_queries' `source` values, and the claim populations a configuration may ask for. The review slices are
 # all subsets of the venue's review claims, so a configuration predicts every review claim once and the metrics
@@ -83,6 +90,10 @@ class Configuration:
         wanted = {CLAIM_SETS[name] for name in self.claims}
         return frozenset(wanted & {SOURCE_PAPER} if self.mode == MODE_ORACLE else wanted)
 
+    @property
+    def prompt_id(self) -> str:
+        return THREAD_PROMPT if self.mode == MODE_THREAD else VERIFY_PROMPT
+
     def content_hash(self) -> str:
         """Changes when the definition does: a partition built from another definition is stale."""
         return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:16]
@@ -96,10 +107,13 @@ class Configurations:
     path: Path
     configurations: dict[str, Configuration]
     venue_defaults: dict[str, tuple[str, ...]] = field(default_factory=dict)  # venue -> the configurations it builds
+    release_defaults: tuple[str, ...] | None = None  # what a venue imported from a release builds unless listed
 
-    def for_venue(self, venue: str) -> list[Configuration]:
-        """The configurations `peerify build <venue>` runs: the venue's list, else all of them."""
-        names = self.venue_defaults.get(venue, tuple(self.configurations))
+    def for_venue(self, venue: str, release: bool = False) -> list[Configuration]:
+        """The configurations `peerify build <venue>` runs: the venue's list, else (a venue imported from a release,
+        whose name the file cannot know in advance) `release_venues:`, else all of them."""
+        fallback = self.release_defaults if release and self.release_defaults else tuple(self.configurations)
+        names = self.venue_defaults.get(venue, fallback)
         return [self.configurations[name] for name in names]
 
     def get(self, name: str) -> Configuration:
@@ -124,16 +138,21 @@ def load_configurations(path: Path, models: Collection[str], roles: Collection[s
                                  "named configurations")
     configurations = {str(name): _configuration(path, str(name), entry, models, roles, retrievers)
                       for name, entry in raw["configurations"].items()}
-    venue_defaults: dict[str, tuple[str, ...]] = {}
-    for venue, names in (raw.get("venues") or {}).items():
-        if not isinstance(names, list) or not names:
-            raise ConfigurationError(f"{path}: venues.{venue}: expected a list of configuration names")
-        unknown = [n for n in names if n not in configurations]
-        if unknown:
-            raise ConfigurationError(f"{path}: venues.{venue} names unknown configurations {unknown}; "
-                                     f"known: {sorted(configurations)}")
-        venue_defaults[str(venue)] = tuple(names)
-    return Configurations(Path(path), configurations, venue_defaults)
+    venue_defaults = {str(venue): _names(path, f"venues.{venue}", names, configurations)
+                      for venue, names in (raw.get("venues") or {}).items()}
+    release = _names(path, "release_venues", raw["release_venues"], configurations) if "release_venues" in raw else None
+    return Configurations(Path(path), configurations, venue_defaults, release)
+
+
+def _names(path: Path, where: str, names: Any, configurations: Mapping[str, Configuration]) -> tuple[str, ...]:
+    """A list of configuration names of the file (`venues.<venue>`, `release_venues`), checked."""
+    if not isinstance(names, list) or not names:
+        raise ConfigurationError(f"{path}: {where}: expected a list of configuration names")
+    unknown = [n for n in names if n not in configurations]
+    if unknown:
+        raise ConfigurationError(f"{path}: {where} names unknown configurations {unknown}; "
+                                 f"known: {sorted(configurations)}")
+    return tuple(names)
 
 
 def _configuration(path: Path, name: str, entry: Any, models: Collection[str], roles: Collection[str],
@@ -179,8 +198,9 @@ def _configuration(path: Path, name: str, entry: Any, models: Collection[str], r
 class PlannedPrediction:
     claim: Mapping[str, Any]  # a retrieval_queries row: claim_id, paper_id, claim_text, source, gold_chunk_ids, ...
     status: str
-    evidence_chunk_ids: list[str]  # in the order the verifier sees them; empty unless status is ok
+    evidence_chunk_ids: list[str]  # in the order the verifier sees them; empty without a call, and in mode thread
     reason: str | None = None  # why no call is made
+    thread_text: str | None = None  # mode thread: the author text the verifier sees
 
 
 def estimated_tokens(text: str) -> int:
@@ -193,8 +213,10 @@ def prompt_window(context_window: int, max_tokens: int | None, template_text: st
 
 
 def verifier_items(planned: Iterable[PlannedPrediction], text_of: Mapping[str, str]) -> list[dict[str, str]]:
-    """The `verify` prompt's variables for each planned prediction that makes a call, in plan order."""
-    return [{"claim": p.claim["claim_text"],
+    """The prompt's variables for each planned prediction that makes a call, in plan order: `verify`'s passages, or
+    the thread prompt's author text (mode thread)."""
+    return [{"claim": p.claim["claim_text"], "author_response": p.thread_text} if p.thread_text is not None else
+            {"claim": p.claim["claim_text"],
              "evidence": format_passages([(chunk_id, text_of[chunk_id]) for chunk_id in p.evidence_chunk_ids])}
             for p in planned if p.status == STATUS_OK]
 
@@ -205,10 +227,12 @@ def plan_predictions(
     run_rows: Iterable[Mapping[str, Any]],
     paper_chunks: Mapping[str, Sequence[tuple[str, str]]],
     context_window: int | None = None,
+    threads: Mapping[str, str | None] | None = None,
 ) -> list[PlannedPrediction]:
-    """One entry per claim the configuration covers, in claim order: the chunk ids the verifier is shown, or the
-    status and reason for which it gets no call. `paper_chunks`: paper id -> (chunk id, text) in manuscript order;
-    `context_window`: tokens the verifier may be sent (prompt and answer), needed for full_context."""
+    """One entry per claim the configuration covers, in claim order: the chunk ids (or, mode thread, the thread text)
+    the verifier is shown, or the status and reason for which it gets no call. `paper_chunks`: paper id -> (chunk id,
+    text) in manuscript order; `context_window`: tokens the verifier may be sent (prompt and answer), needed for
+    full_context and thread; `threads`: claim id -> its thread text (claim_threads), needed for thread."""
     covered = [c for c in claims if c["source"] in configuration.sources]
     if configuration.mode == MODE_RAG:
         ranked, problems = _ranked(run_rows, configuration.retriever, configuration.k)
@@ -216,7 +240,9 @@ def plan_predictions(
     for claim in covered:
         claim_id, paper_id = claim["claim_id"], claim["paper_id"]
         chunks = paper_chunks.get(paper_id)
-        if not chunks:
+        if configuration.mode == MODE_THREAD:  # the thread alone: no manuscript needed
+            planned.append(_plan_thread(claim, (threads or {}).get(claim_id), context_window))
+        elif not chunks:
             planned.append(PlannedPrediction(claim, STATUS_NO_MANUSCRIPT, [],
                                              f"paper {paper_id} has no usable manuscript (no chunks)"))
         elif configuration.mode == MODE_RAG:
@@ -240,6 +266,17 @@ def plan_predictions(
             else:
                 planned.append(PlannedPrediction(claim, STATUS_OK, [chunk_id for chunk_id, _ in chunks]))
     return planned
+
+
+def _plan_thread(claim: Mapping[str, Any], text: str | None, context_window: int | None) -> PlannedPrediction:
+    if not text or not text.strip():
+        return PlannedPrediction(claim, STATUS_NO_THREAD, [], "the claim's review has no author text in claim_threads")
+    needed = estimated_tokens(claim["claim_text"] + text)
+    if context_window is None or needed > context_window:
+        return PlannedPrediction(claim, STATUS_TOO_LONG, [], f"the thread (about {needed} tokens with the claim) "
+                                                             f"does not fit the verifier's window of {context_window} "
+                                                             "tokens")
+    return PlannedPrediction(claim, STATUS_OK, [], thread_text=text)
 
 
 def _ranked(run_rows: Iterable[Mapping[str, Any]], retriever: str | None,

@@ -174,7 +174,8 @@ class PooledPassages:
     """Passages, their grouping per paper, the B1 claims and each claim's gold passage id.
 
     A passage records every paper it occurs in and whether it is a gold paragraph, a
-    distractor quote or both; `skipped_claims` lists B1 rows whose paragraph had no text.
+    distractor quote or both, and its section when known; `skipped_claims` lists B1 rows whose paragraph had no
+    text.
     """
 
     passages: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -210,14 +211,15 @@ class PooledPassages:
         """Every passage of every paper in one index: the harder, unrestricted setting."""
         return self._index("global-pool", self.all_passages(), vectors)
 
-    def add_passage(self, paper_id: str, raw_text: str, role: str, source_row: str) -> str | None:
+    def add_passage(self, paper_id: str, raw_text: str, role: str, source_row: str,
+                    section: str | None = None) -> str | None:
         text = passage_text(raw_text)
         if not text:
             return None
         passage_id = passage_id_for(text)
-        passage = self.passages.setdefault(
-            passage_id, {"passage_id": passage_id, "text": text, "paper_ids": [], "roles": [], "source_rows": []}
-        )
+        passage = self.passages.setdefault(passage_id, {"passage_id": passage_id, "text": text, "paper_ids": [],
+                                                        "roles": [], "source_rows": [], "section": None})
+        passage["section"] = passage["section"] or section
         # A quote that is also a gold paragraph stays one passage: it is gold, not a distractor.
         for key, value in (("paper_ids", paper_id), ("roles", role), ("source_rows", source_row)):
             if value not in passage[key]:
@@ -229,10 +231,13 @@ class PooledPassages:
 
 
 def build_pooled_passages(release: Mapping[str, list[dict[str, Any]]]) -> PooledPassages:
-    """Passage pool of README evaluation 4; claim ids are B1 row ids, gold is the claim's paragraph."""
+    """Passage pool of README evaluation 4; claim ids are B1 row ids, gold is the claim's paragraph. A passage's
+    section is the B1 `section_name` of its paragraph; the quotes' `section` fields describe where a labeller
+    looked rather than name one section, so a distractor has none."""
     pool = PooledPassages()
     for row in release.get("B1", []):
-        gold_id = pool.add_passage(row["paper_id"], row["paragraph"], "gold", row["row_id"])
+        gold_id = pool.add_passage(row["paper_id"], row["paragraph"], "gold", row["row_id"],
+                                   row.get("section_name") or None)
         if gold_id is None:
             pool.skipped_claims.append({"claim_id": row["row_id"], "reason": "gold paragraph has no text"})
             continue

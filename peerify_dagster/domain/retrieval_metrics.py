@@ -1,8 +1,12 @@
 """Ranking metrics for evidence retrieval (binary relevance) and their aggregation over a run.
 
 A run is the row table written by `retrieval.retrieve_claims` (claim_id, retriever, rank,
-chunk_id, ...). Claims with no gold evidence cannot be scored; they are counted, not averaged.
-Claims whose gold evidence is known to exist in a manuscript that yielded no chunks are misses.
+chunk_id, ...). A claim's gold evidence is one item even when it lies in several chunks (split
+over two chunks, or duplicated): a claim is found at k when any relevant chunk is in the top k,
+so recall@k is hit@k and a split never counts as half a hit. Claims with no gold evidence, and
+claims whose gold cannot be located in their manuscript's chunks, cannot be scored; they are
+counted, not averaged. Claims whose gold evidence is known to exist in a manuscript that yielded
+no chunks are misses.
 """
 
 from __future__ import annotations
@@ -30,10 +34,10 @@ def _first_occurrences(ranked_ids: Sequence[str | None], k: int) -> list[str | N
     return top
 
 
-def recall_at_k(ranked_ids: Sequence[str | None], relevant: set[str], k: int) -> float:
-    """Share of the relevant items found in the top k."""
+def hit_at_k(ranked_ids: Sequence[str | None], relevant: set[str], k: int) -> float:
+    """1 when any relevant item is in the top k, else 0: the claim's recall@k, its evidence being one item."""
     _check(relevant, k)
-    return len(relevant.intersection(ranked_ids[:k])) / len(relevant)
+    return 1.0 if relevant.intersection(ranked_ids[:k]) else 0.0
 
 
 def ndcg_at_k(ranked_ids: Sequence[str | None], relevant: set[str], k: int) -> float:
@@ -75,8 +79,9 @@ def evaluate_runs(
     gold: Mapping[str, set[str]],
     ks: Sequence[int] = (1, 5, 10),
     without_manuscript: Collection[str] = (),
+    gold_unlocatable: Collection[str] = (),
 ) -> list[dict[str, Any]]:
-    """One row per retriever: recall@k for each k, ndcg@K and mrr@K at K = max(ks), claim counts.
+    """One row per retriever: recall@k (hit@k) for each k, ndcg@K and mrr@K at K = max(ks), claim counts.
 
     The claims scored are those present in the run (under any retriever) that have gold
     evidence; a claim a retriever has no rows for scores 0 for it, so a retriever that failed
@@ -84,7 +89,9 @@ def evaluate_runs(
     paper yielded no chunks) score 0 on every metric as well: they stay in the denominator, so a
     lost manuscript lowers the averages instead of raising them by shrinking the set. Counts:
     n_claims (the denominator) = n_claims_scored + n_claims_without_manuscript; claims in the
-    run without gold are counted in n_claims_without_gold and not averaged.
+    run in `gold_unlocatable` (gold evidence that no chunk of their manuscript holds: no chunk
+    can be judged relevant) are counted in n_claims_gold_unlocatable, the other claims in the
+    run without gold in n_claims_without_gold, neither averaged.
     """
     if not ks:
         raise ValueError("ks must name at least one cutoff")
@@ -92,16 +99,18 @@ def evaluate_runs(
     rankings = rankings_by_retriever(run_rows)
     missing = set(without_manuscript)
     claims_in_run = {claim_id for claims in rankings.values() for claim_id in claims}
-    scored = sorted(claim_id for claim_id in claims_in_run - missing if gold.get(claim_id))
-    without_gold = len(claims_in_run - missing) - len(scored)
+    unlocatable = (claims_in_run & set(gold_unlocatable)) - missing
+    scored = sorted(claim_id for claim_id in claims_in_run - missing - unlocatable if gold.get(claim_id))
+    without_gold = len(claims_in_run - missing - unlocatable) - len(scored)
     n_claims = len(scored) + len(missing)
 
     results: list[dict[str, Any]] = []
     for retriever in sorted(rankings):
         ranked_for = rankings[retriever]
         row: dict[str, Any] = {"retriever": retriever, "n_claims": n_claims, "n_claims_scored": len(scored),
-                               "n_claims_without_manuscript": len(missing), "n_claims_without_gold": without_gold}
-        metrics = {f"recall@{k}": (recall_at_k, k) for k in ks}
+                               "n_claims_without_manuscript": len(missing), "n_claims_without_gold": without_gold,
+                               "n_claims_gold_unlocatable": len(unlocatable)}
+        metrics = {f"recall@{k}": (hit_at_k, k) for k in ks}
         metrics |= {f"ndcg@{depth}": (ndcg_at_k, depth), f"mrr@{depth}": (mrr_at_k, depth)}
         for metric_name, (metric, k) in metrics.items():
             total = sum(metric(ranked_for.get(claim_id, []), gold[claim_id], k) for claim_id in scored)

@@ -16,7 +16,8 @@ from peerify_dagster.domain.labelling import LabellingConfig, LabellingConfigErr
 from peerify_dagster.domain.sampling import SamplingConfig, SamplingConfigError
 from peerify_dagster.domain.slices import SliceConfig, SliceConfigError
 
-SOURCES = ("api", "snapshot")
+SOURCE_RELEASE = "release"  # imported from a published release's JSONL files (`peerify import-release`)
+SOURCES = ("api", "snapshot", SOURCE_RELEASE)
 DEFAULT_API_URL = "https://api2.openreview.net"
 
 
@@ -40,6 +41,7 @@ class Venue:
     llm_recording: str | None = None  # recorded LLM calls answered from the ledger (Parquet), relative to the registry
     labelling: dict | None = None  # claim-labelling evidence options (domain.labelling.LabellingConfig); None = defaults
     slices: dict | None = None  # benchmark-slice options and gate settings (domain.slices.SliceConfig); None = defaults
+    release: str | None = None  # for source=release: the release folder it was imported from, relative to the registry
 
     @property
     def slug(self) -> str:
@@ -64,6 +66,8 @@ def _venue_from_entry(key: str, entry: dict) -> Venue:
         raise RegistryError(f"venue {key!r}: source must be one of {SOURCES}, got {source!r}")
     if source == "snapshot" and not entry.get("snapshot"):
         raise RegistryError(f"venue {key!r}: source 'snapshot' needs a 'snapshot' folder")
+    if (source == SOURCE_RELEASE) != bool(entry.get("release")):
+        raise RegistryError(f"venue {key!r}: a 'release' folder goes with source '{SOURCE_RELEASE}' and only with it")
     if "seed" not in entry or not isinstance(entry["seed"], int) or isinstance(entry["seed"], bool):
         raise RegistryError(f"venue {key!r}: an integer 'seed' is required (sampling must be reproducible), "
                             f"got {entry.get('seed')!r}")
@@ -78,7 +82,7 @@ def _venue_from_entry(key: str, entry: dict) -> Venue:
                             f"known: {', '.join(sorted(known))}")
     if entry.get("api_version") not in (None, 1, 2) or isinstance(entry.get("api_version"), bool):
         raise RegistryError(f"venue {key!r}: api_version must be 1, 2 or absent (detect), got {entry['api_version']!r}")
-    for name in ("openreview_id", "api_url", "snapshot", "gold_claims", "llm_recording"):
+    for name in ("openreview_id", "api_url", "snapshot", "gold_claims", "llm_recording", "release"):
         if entry.get(name) is not None and not isinstance(entry[name], str):
             raise RegistryError(f"venue {key!r}: {name} must be a string, got {entry[name]!r}")
     for option, config, config_error in _STAGE_OPTIONS:
@@ -117,10 +121,11 @@ def missing_files(venue: Venue, registry_path: Path) -> list[str]:
             for name, value in named.items() if value and not (registry_path.parent / value).exists()]
 
 
-def add_venue(path: Path, venue: Venue) -> None:
-    """Append a venue to the registry file, refusing to overwrite an existing entry."""
+def add_venue(path: Path, venue: Venue, replace: bool = False) -> None:
+    """Append a venue to the registry file, refusing to overwrite an existing entry unless `replace` (then the old
+    entry's lines go, the rest of the file, comments included, stays as it was)."""
     registry = load_registry(path) if path.exists() else {}
-    if venue.key in registry:
+    if venue.key in registry and not replace:
         raise RegistryError(f"venue {venue.key!r} is already registered")
     entry = {k: v for k, v in asdict(venue).items() if k != "key" and v is not None}
     if entry.get("api_url") == DEFAULT_API_URL:
@@ -131,6 +136,19 @@ def add_venue(path: Path, venue: Venue) -> None:
     block = yaml.safe_dump({venue.key: entry}, sort_keys=False, default_flow_style=False)
     indented = "".join(f"  {line}\n" for line in block.splitlines())
     text = path.read_text() if path.exists() else "venues:\n"
+    if venue.key in registry:
+        text = _without_entry(text, venue.key)
     if not text.endswith("\n"):
         text += "\n"
     path.write_text(text + indented)
+
+
+def _without_entry(text: str, key: str) -> str:
+    """The registry text without the lines of one venue's entry (from its key to the next venue's key)."""
+    venues = next(value for name, value in yaml.compose(text).value if name.value == "venues")
+    starts = [name.start_mark.line for name, _ in venues.value] + [None]
+    index = [name.value for name, _ in venues.value].index(key)
+    lines = text.splitlines(keepends=True)
+    last = venues.end_mark  # the mapping ends at the start of the next line, or inside the last one
+    end = starts[index + 1] if starts[index + 1] is not None else last.line + (last.column > 0)
+    return "".join(lines[:starts[index]] + lines[end:])

@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -72,8 +73,11 @@ def _row_id(row: dict[str, Any], id_columns: Sequence[str]) -> str:
 
 
 def _columns_named(kwargs: dict[str, Any]) -> set[str]:
+    """The columns an expectation reads: those it names, and every word of its pandas `row_condition` (the frame's
+    columns among them are kept)."""
     named = {kwargs.get("column"), kwargs.get("column_A"), kwargs.get("column_B")}
-    return {c for c in named if c} | set(kwargs.get("column_list") or [])
+    in_condition = set(re.findall(r"\w+", kwargs.get("row_condition") or ""))
+    return {c for c in named if c} | set(kwargs.get("column_list") or []) | in_condition
 
 
 def run_expectation(expect: Expect) -> Outcome:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -36,6 +37,25 @@ def atomic_path(path: Path) -> Iterator[Path]:
         temporary.unlink(missing_ok=True)
 
 
+@contextmanager
+def atomic_folder(path: Path) -> Iterator[Path]:
+    """A temporary sibling folder of `path` to fill; renamed to `path` only when the block completes, and never over
+    an existing `path` (FileExistsError). Removed if the block fails, so `path` is either absent or complete."""
+    temporary = temporary_path(path)
+    shutil.rmtree(temporary, ignore_errors=True)
+    temporary.mkdir()
+    try:
+        yield temporary
+        for child in [*temporary.iterdir(), temporary]:  # the contents are on disk before the name is
+            fsync_path(child)
+        if path.exists():
+            raise FileExistsError(f"{path} exists; it is never replaced")
+        os.rename(temporary, path)  # fails on a non-empty folder created meanwhile: nothing is replaced
+        fsync_path(path.parent)
+    finally:
+        shutil.rmtree(temporary, ignore_errors=True)
+
+
 def fsync_path(path: Path) -> None:
     """Flush a file's or a folder's entry to disk (a folder: the names created or renamed in it survive power loss)."""
     descriptor = os.open(path, os.O_RDONLY)
@@ -57,9 +77,14 @@ def write_json_atomic(path: Path, obj: Any) -> None:
 def remove_stale_temporaries(root: Path) -> list[Path]:
     """Remove the temporaries that writers killed mid-write left under `root` (their pid no longer runs)."""
     removed = []
-    for path in root.rglob(".*.tmp"):
+    for path in list(root.rglob(".*.tmp")):  # listed first: removing a folder must not disturb the walk
         match = TEMPORARY_NAME.match(path.name)
-        if match and path.is_file() and not process_alive(int(match["pid"])):
-            path.unlink(missing_ok=True)
+        if match and not process_alive(int(match["pid"])):
+            if path.is_dir():  # an atomic_folder's
+                shutil.rmtree(path, ignore_errors=True)
+            elif path.is_file():
+                path.unlink(missing_ok=True)
+            else:
+                continue
             removed.append(path)
     return removed

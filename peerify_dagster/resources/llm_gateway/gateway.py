@@ -9,6 +9,7 @@ honour Retry-After, and a per-run token/cost budget. Its row is on disk before i
 from __future__ import annotations
 
 import importlib.util
+import json
 import logging
 import os
 import random
@@ -18,7 +19,7 @@ import uuid
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
@@ -268,6 +269,32 @@ class LLMGateway:
         if stop_error is not None:
             raise stop_error
         return [result for result in results if result is not None]
+
+    def call_recorded(self, recorded: Mapping[str, Any]) -> CallResult:
+        """Issue again a call the ledger recorded (a ledger row: backend, model, role, prompt id and hash, and the
+        `request` as sent: model id, rendered messages, decoding parameters, output schema). Its call id is computed
+        afresh from that request, so an altered request is another call: in `replay-only` a miss (ReplayMissError)
+        rather than the recorded answer. Outside `replay-only` a miss calls the model named in models.yaml. Raises
+        as `call`, and ConfigurationError for a request it cannot read."""
+        try:
+            request = json.loads(recorded["request"])
+            messages, params = request["messages"], request["params"]
+            schema, structured_output, model_id = request["schema"], request["structured_output"], request["model_id"]
+        except (TypeError, KeyError, json.JSONDecodeError) as error:
+            raise ConfigurationError(f"call {recorded.get('call_id')}: unreadable recorded request ({error})") from None
+        known = self.registry.models.get(recorded["model"])
+        if known is None and self.cache_mode != "replay-only":
+            raise ConfigurationError(f"call {recorded.get('call_id')}: model {recorded['model']!r} is not in "
+                                     "models.yaml, so it can only be replayed (cache mode replay-only)")
+        spec = replace(known or ModelSpec(name=recorded["model"], backend=recorded["backend"], model=model_id),
+                       backend=recorded["backend"], model=model_id, structured_output=structured_output)
+        identity = {"params": params, "schema": schema, "structured_output": structured_output}
+        return self._execute(_PreparedCall(
+            call_id=compute_call_id(spec.backend, spec.model, recorded["prompt_hash"], messages, identity),
+            role=recorded["role"], prompt_id=recorded["prompt_id"], prompt_hash=recorded["prompt_hash"], spec=spec,
+            messages=messages, decoding=params, schema=schema,
+            request_json=canonical_json({"model_id": model_id, "messages": messages, **identity}),
+        ))
 
     def plan_calls(
         self, target: str, prompt_id: str, items: Sequence[Mapping[str, Any]], schema: Mapping[str, Any] | None = None,

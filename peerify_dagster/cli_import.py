@@ -1,0 +1,172 @@
+"""`peerify import-release DIR`: a published release's JSONL files (B1, B3, B4, B6) as a venue of its own.
+
+The release is validated first: any malformed line, missing field or unknown label of any file is printed as
+`file:line: reason` (all of them) and nothing is written (exit code 2). Otherwise the venue is registered in
+venues.yaml (source `release`) and its benchmark_slices, chunks, retrieval_queries, claim_threads and release_rows
+partitions are written to the lake with the standard schemas, recorded in the Dagster instance as runless
+materialisations (lineage: the release folder and its files' sha256), and the slice gates are run on the imported
+slices and recorded as check evaluations; a failing gate is reported, not fatal. `peerify build VENUE` then computes
+what follows from those tables (embeddings, retrieval, predictions, metrics, report).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import polars as pl
+
+from peerify_dagster import paths
+from peerify_dagster.domain import release_import as ri
+from peerify_dagster.domain.venues import SOURCE_RELEASE, RegistryError, Venue, add_venue, load_registry
+from peerify_dagster.resources.lake import Lake
+
+if TYPE_CHECKING:
+    import dagster as dg
+
+EXIT_REFUSED = 2  # the release has problems, or the venue exists and --replace was not given: nothing written
+
+
+def _say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "import-release", help="import a published release (B1, B3, B4, B6 JSONL) as a venue: its slices, passages, "
+                               "queries and threads; then `peerify build VENUE` evaluates the configured verifiers")
+    parser.add_argument("folder", type=Path, help="the release folder (B1_golden_supported.jsonl, ...)")
+    parser.add_argument("--venue", help="venue key (default: release-<folder name>)")
+    parser.add_argument("--sample-per-slice", type=int, metavar="N",
+                        help="keep a seeded sample of at most N claims of each slice (a quick evaluation)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of --sample-per-slice (default 0)")
+    parser.add_argument("--replace", action="store_true", help="replace the venue's data from an earlier import")
+    parser.set_defaults(func=cmd_import_release)
+
+
+def table_schemas() -> dict[str, dict[str, pl.DataType]]:
+    """The standard schema of each imported table (as the assets that compute them for crawled venues write it)."""
+    from assets.labels import CLAIM_THREAD_SCHEMA
+    from assets.manuscripts import CHUNK_SCHEMA
+    from assets.retrieval import QUERY_SCHEMA
+    from peerify_dagster.domain.slices import SLICE_SCHEMA
+
+    return {"benchmark_slices": SLICE_SCHEMA, "chunks": CHUNK_SCHEMA, "retrieval_queries": QUERY_SCHEMA,
+            "claim_threads": CLAIM_THREAD_SCHEMA, "release_rows": ri.RELEASE_ROW_SCHEMA}
+
+
+def cmd_import_release(args: argparse.Namespace) -> int:
+    folder: Path = args.folder
+    venue_key = args.venue or f"release-{folder.resolve().name}"
+    if args.sample_per_slice is not None and args.sample_per_slice < 1:
+        _say("--sample-per-slice must be a positive number of claims")
+        return EXIT_REFUSED
+    try:
+        imported = ri.import_release(folder, venue_key, args.sample_per_slice, args.seed)
+    except FileNotFoundError as error:
+        _say(f"not imported: {error}")
+        return EXIT_REFUSED
+    except ri.ReleaseImportError as error:
+        _say(f"not imported: {len(error.problems)} problem(s) in {folder}; nothing was written")
+        for problem in error.problems:
+            _say(f"  {problem}")
+        return EXIT_REFUSED
+    registry_path, lake = Path(paths.registry_path()), Lake(paths.lake_root())
+    if refusal := _refusal(registry_path, lake, venue_key, args.replace):
+        _say(f"not imported: {refusal}")
+        return EXIT_REFUSED
+    from peerify_dagster.cli import open_home  # imported here: cli imports this module to register the command
+
+    # The Dagster home first: a home that cannot be opened stops the import before anything is written.
+    instance = open_home(f"`peerify import-release` (pid {os.getpid()})")
+    schemas = table_schemas()
+    frames = {table: pl.DataFrame(rows, schema=schemas[table]) for table, rows in imported.tables.items()}
+    written = {table: lake.write_table(table, venue_key, frame) for table, frame in frames.items()}
+    try:  # the folder as the other registry paths: relative to the registry file (no machine path in the repository)
+        release = os.path.relpath(folder.resolve(), registry_path.resolve().parent)
+    except ValueError:  # another drive
+        release = str(folder.resolve())
+    add_venue(registry_path, Venue(key=venue_key, openreview_id=venue_key, source=SOURCE_RELEASE, seed=args.seed,
+                                   release=release), replace=args.replace)
+    gates = _record_in_dagster(instance, imported, frames, written, folder)
+    _print_summary(imported, frames, gates, registry_path)
+    return 0
+
+
+def _refusal(registry_path: Path, lake: Lake, venue_key: str, replace: bool) -> str | None:
+    """Why the import may not write the venue (None: it may)."""
+    try:
+        existing = load_registry(registry_path).get(venue_key)
+    except RegistryError as error:
+        return str(error)
+    if existing is not None and existing.source != SOURCE_RELEASE:
+        return f"venue {venue_key!r} is a {existing.source} venue in {registry_path}; choose another --venue"
+    present = [table for table in ri.IMPORTED_TABLES if lake.table_path(table, venue_key).exists()]
+    if (existing is not None or present) and not replace:
+        return (f"venue {venue_key!r} was already imported ({'registered' if existing else 'not registered'}; "
+                f"tables {present or 'none'} in {lake.root}); --replace replaces its data")
+    return None
+
+
+def _record_in_dagster(instance: dg.DagsterInstance, imported: ri.ImportedRelease, frames: dict[str, pl.DataFrame],
+                       written: dict[str, Path], folder: Path) -> list[tuple[str, bool, bool, int]]:
+    """Each written partition as a runless materialisation, and the slice gates on the imported slices as runless
+    check evaluations; returns (gate, blocking, passed, failing rows) per gate."""
+    import dagster as dg
+
+    from assets.slices import GATES, gate_expectations
+    from peerify_dagster.domain import slices as rules
+    from peerify_dagster.partitions import venue_partitions
+    from peerify_dagster.resources.dagster_resources import markdown_preview
+    from peerify_dagster.resources.expectations import gate
+
+    venue = imported.venue
+    if not instance.has_dynamic_partition(venue_partitions.name, venue):
+        instance.add_dynamic_partitions(venue_partitions.name, [venue])
+    lineage = {"imported_from": dg.MetadataValue.path(str(folder.resolve())),
+               "file_sha256": dg.MetadataValue.json(ri.file_sha256(folder)),
+               "label_deviations": dg.MetadataValue.json(imported.deviations),
+               "sample": dg.MetadataValue.json(imported.sample), "notes": dg.MetadataValue.json(imported.notes)}
+    for table, frame in frames.items():
+        instance.report_runless_asset_event(dg.AssetMaterialization(
+            asset_key=table, partition=venue, description=f"imported from the release {folder.name}",
+            metadata={**lineage, "rows": frame.height, "dagster/row_count": frame.height,
+                      "path": dg.MetadataValue.path(str(written[table])),
+                      "preview": dg.MetadataValue.md(markdown_preview(frame))}))
+    slices = frames["benchmark_slices"]
+    expects = gate_expectations(slices, rules.label_distribution(slices), rules.SliceConfig())
+    outcomes = []
+    for name, blocking, description in GATES:
+        result = gate(name, expects[name], blocking)
+        # Not tied to the partition: Dagster stores one runless evaluation per check and partition, so a re-import
+        # (--replace) could not record its own; the venue is in the metadata.
+        instance.report_runless_asset_event(dg.AssetCheckEvaluation(
+            asset_key=dg.AssetKey("benchmark_slices"), check_name=name, passed=result.passed,
+            metadata={**result.metadata, "venue": venue}, severity=result.severity,
+            description=f"{description} (release venue {venue}, at import)", blocking=blocking))
+        failing = result.metadata["failing_count"]
+        outcomes.append((name, blocking, result.passed, getattr(failing, "value", failing)))
+    return outcomes
+
+
+def _print_summary(imported: ri.ImportedRelease, frames: dict[str, pl.DataFrame],
+                   gates: list[tuple[str, bool, bool, int]], registry_path: Path) -> None:
+    venue = imported.venue
+    print(f"imported {venue} (registered in {registry_path}, source release)")
+    print("tables: " + ", ".join(f"{table} {frame.height}" for table, frame in frames.items()))
+    print("slices: " + ", ".join(f"{name} {size}" for name, size in imported.slice_sizes().items()))
+    if imported.sample:
+        print(f"sample: at most {imported.sample['per_slice']} claims per slice, seed {imported.sample['seed']}")
+    print("label deviations (raw -> mapped, kept in release_rows.labels):"
+          + ("" if imported.deviations else " none"))
+    for where, counts in imported.deviations.items():
+        print(f"  {where}: " + ", ".join(f"{change} ({n})" for change, n in counts.items()))
+    for note in imported.notes:
+        print(f"note: {note}")
+    for name, blocking, passed, failing in gates:
+        verdict = "passed" if passed else f"FAILED ({failing} rows; {'blocking' if blocking else 'warning'})"
+        print(f"gate {name}: {verdict}")
+    print(f"next: peerify build {venue}")

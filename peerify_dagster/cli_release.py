@@ -1,0 +1,292 @@
+"""`peerify release`: publish a versioned label release of built venues, verify one, and rebuild its labels.
+
+- `peerify release --venue V [--venue W] --version X.Y.Z` materialises the `label_release` asset in this process
+  (under DAGSTER_HOME, whose runs hold the venues' gate results and lineage) and prints the release folder.
+- `peerify release verify DIR` re-hashes every file against the manifest, re-checks row counts, schema, the slice
+  rules (the blocking great-expectations gates of assets/slices.py) and that every call id and decision id a row
+  names is in the release. Exit 0: the release is intact; 1: a mismatch (the first one is named); 2: usage error.
+- `peerify rebuild-from-release DIR [--out DIR2]` reproduces every label from the release alone: each labeller call
+  is issued again, as recorded, through the LLM gateway in cache mode `replay-only` over the release's calls.parquet
+  (no API key, no GPU, no model), its answer read as the labels stage reads it, and the canonical-label rule applied
+  with the released decisions; the rebuilt slice files are compared with the released ones byte for byte. Exit 0
+  only when every row reproduces.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+import pyarrow as pa
+
+from peerify_dagster import paths
+from peerify_dagster.domain import label_release as rel
+from peerify_dagster.domain.slices import SLICES, SliceConfig, label_distribution
+from peerify_dagster.domain.venues import RegistryError, load_registry
+
+EXIT_OK, EXIT_MISMATCH, EXIT_USAGE = 0, 1, 2
+
+
+def _say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+class ReleaseUsageError(Exception):
+    """A mistake in how a release command was called; reported as its message with exit code 2."""
+
+
+def _guarded(command: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    def run(args: argparse.Namespace) -> int:
+        # cli.py's ConfigError from the helpers used here: under `python -m peerify_dagster.cli` that module is
+        # imported a second time, so its exceptions are not the ones cli.main catches.
+        from peerify_dagster.cli import ConfigError
+
+        try:
+            return command(args)
+        except (ReleaseUsageError, ConfigError, RegistryError) as exc:
+            _say(str(exc))
+            return EXIT_USAGE
+    return run
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    release = subparsers.add_parser(
+        "release", help="write a versioned label release of built venues (data_lake/releases/X.Y.Z/); "
+                        "`release verify DIR` checks one",
+        description="Write <lake>/releases/X.Y.Z/ from the venues' benchmark slices (needs DAGSTER_HOME, whose runs "
+                    "hold their gate results), or `peerify release verify DIR`.")
+    release.add_argument("--venue", action="append", metavar="V", help="a built venue (repeatable)")
+    release.add_argument("--version", help="the release version, X.Y.Z; an existing version is never overwritten")
+    release.set_defaults(func=_guarded(cmd_release))
+    actions = release.add_subparsers(dest="release_command")
+    verify = actions.add_parser(
+        "verify", help="re-hash and re-check a release folder",
+        description="Exit codes: 0 the release is intact; 1 a mismatch (tampered, missing or extra file, manifest "
+                    "edited, slice rule broken, dangling provenance link), the first one named; 2 usage error.")
+    verify.add_argument("folder", type=Path)
+    verify.add_argument("--manifest-sha256", metavar="HEX",
+                        help="the sha256 of manifest.json as published beside the release (catches a manifest "
+                             "rewritten with fresh hashes)")
+    verify.set_defaults(func=cmd_verify)
+
+    rebuild = subparsers.add_parser(
+        "rebuild-from-release", help="reproduce every label of a release from its calls and decisions (replay-only)",
+        description="Exit codes: 0 every row reproduced byte for byte; 1 a row or file did not (each listed); "
+                    "2 usage error.")
+    rebuild.add_argument("folder", type=Path)
+    rebuild.add_argument("--out", type=Path, help="where the rebuilt slice files go (new or empty folder; default: "
+                                                  "a new temporary folder)")
+    rebuild.set_defaults(func=cmd_rebuild)
+
+
+# -- release -----------------------------------------------------------------------------------------------------------
+def cmd_release(args: argparse.Namespace) -> int:
+    from peerify_dagster.cli import check_dagster_home, open_home, run_job
+
+    if not args.venue or not args.version:
+        raise ReleaseUsageError("peerify release needs --venue V (repeatable) and --version X.Y.Z, "
+                                "or `peerify release verify DIR`")
+    try:
+        version = rel.check_version(args.version)
+    except rel.ReleaseError as exc:
+        raise ReleaseUsageError(str(exc)) from None
+    registry_path = Path(paths.registry_path())
+    registry = load_registry(registry_path)
+    unknown = [venue for venue in args.venue if venue not in registry]
+    if unknown:
+        raise ReleaseUsageError(f"{registry_path}: venue(s) {unknown} are not registered")
+    target = Path(paths.lake_root()).resolve() / "releases" / version
+    if target.exists():
+        raise ReleaseUsageError(f"release {version} already exists at {target}; a release is never overwritten: "
+                                "choose a new version")
+    check_dagster_home()
+    if not os.environ.get("DAGSTER_HOME"):
+        raise ReleaseUsageError("peerify release reads the venues' gate results and lineage from the Dagster home of "
+                                "their build: set DAGSTER_HOME to it (`make demo` uses .dagster_home)")
+    from peerify_dagster.definitions import release_job
+
+    instance = open_home(f"the release {version} (pid {os.getpid()})", capture_step_output=False)
+    result = run_job(instance, release_job.name, None,
+                      {"ops": {"label_release": {"config": {"version": version, "venues": list(args.venue)}}}})
+    if not result.success:
+        failures = [_failure_reason(e.event_specific_data) for e in result.all_events if e.is_step_failure]
+        _say(f"release {version} not written: {failures[0] if failures else 'the run failed; see the log above'}")
+        return EXIT_MISMATCH
+    print(f"release {version} written to {target}")
+    for path in sorted(target.iterdir()):
+        print(f"  {path.name}  {path.stat().st_size} bytes")
+    print(f"manifest sha256 {rel.sha256_hex((target / rel.MANIFEST).read_bytes())}: publish it beside the release; "
+          f"`peerify release verify {target} --manifest-sha256 <it>` checks it")
+    return EXIT_OK
+
+
+def _failure_reason(failure) -> str:  # noqa: ANN001 - a dagster StepFailureData
+    """A step's failure in one line: a dg.Failure's own description, else the error message."""
+    described = failure.user_failure_data.description if failure.user_failure_data else None
+    error = failure.error
+    while error.cause is not None:  # the user code's error, not Dagster's wrapper
+        error = error.cause
+    return " ".join((described or error.message).split())
+
+
+# -- verify ------------------------------------------------------------------------------------------------------------
+def gate_problems(contents: rel.ReleaseContents) -> list[str]:
+    """The blocking slice gates of assets/slices.py (great-expectations), per venue with the venue's slice options as
+    the manifest records them."""
+    from assets.slices import GATES, gate_expectations
+    from peerify_dagster.resources.expectations import run_expectation
+
+    rows = contents.rows()
+    problems = []
+    for venue in contents.manifest["venues"]:
+        frame = rows.filter(rows["venue"] == venue["venue"])
+        config = SliceConfig.from_mapping(venue.get("slices"))
+        expects = gate_expectations(frame, label_distribution(frame), config)
+        for name, blocking, description in GATES:
+            failing = sorted({i for e in expects[name] for i in run_expectation(e).failing_ids}) if blocking else []
+            if failing:
+                problems.append(f"{venue['venue']}: slice rule {name} broken ({description}); failing: "
+                                f"{', '.join(failing[:5])}")
+    return problems
+
+
+def verify(folder: Path, manifest_sha256: str | None = None) -> list[str]:
+    """Every mismatch of the release folder, the most basic first."""
+    from peerify_dagster.resources.llm_gateway import LEDGER_SCHEMA
+
+    problems = []
+    if manifest_sha256 and (folder / rel.MANIFEST).is_file():
+        actual = rel.sha256_hex((folder / rel.MANIFEST).read_bytes())
+        if actual != manifest_sha256.lower():
+            problems.append(f"{rel.MANIFEST}: sha256 {actual} is not the published {manifest_sha256}")
+    contents, found = rel.read_release(folder, LEDGER_SCHEMA)
+    problems += found
+    if contents is None:
+        return problems
+    problems += rel.link_problems(contents)
+    if not problems:  # the rules are checked on intact files only (and great-expectations takes seconds to load)
+        problems += gate_problems(contents)
+    return problems
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    if not args.folder.is_dir():
+        _say(f"{args.folder}: not a release folder")
+        return EXIT_USAGE
+    problems = verify(args.folder, args.manifest_sha256)
+    if problems:
+        _say(f"MISMATCH in release {args.folder}: {problems[0]}")
+        for line in problems[1:20]:
+            _say(f"  also: {line}")
+        if len(problems) > 20:
+            _say(f"  ... and {len(problems) - 20} more")
+        return EXIT_MISMATCH
+    manifest = rel.read_manifest(args.folder)[0]
+    rows = sum(manifest["slices"][name]["rows"] for name in SLICES)
+    print(f"release {manifest['version']} verified: {len(manifest['files']) + 1} files, {rows} slice rows, "
+          f"{manifest['files'][rel.CALLS]['rows']} calls, {manifest['files'][rel.DECISIONS]['rows']} decisions, "
+          "every hash, row count, schema, slice rule and provenance link as released")
+    return EXIT_OK
+
+
+# -- rebuild -----------------------------------------------------------------------------------------------------------
+def replay_calls(calls: pa.Table, call_ids: list[str]) -> dict[str, rel.Replayed]:
+    """Each call issued again through the gateway in `replay-only` over the release's calls as its ledger."""
+    import json
+
+    import pyarrow.parquet as pq
+
+    from peerify_dagster.resources.llm_gateway import LLMGatewayError, LLMGateway
+
+    rows_by_id: dict[str, list[dict]] = {}
+    for row in calls.to_pylist():
+        rows_by_id.setdefault(row["call_id"], []).append(row)
+    replayed = {}
+    with tempfile.TemporaryDirectory(prefix="peerify-replay-") as ledger_root:
+        (Path(ledger_root) / "llm_calls").mkdir()
+        pq.write_table(calls, Path(ledger_root) / "llm_calls" / "part-release.parquet")
+        with LLMGateway(ledger_root, cache_mode="replay-only") as gateway:
+            for call_id in call_ids:
+                rows = sorted(rows_by_id.get(call_id, []), key=lambda r: r["created_at"])
+                if not rows:
+                    continue
+                succeeded = [row for row in rows if row["error"] is None]
+                row = (succeeded or rows)[-1]
+                base = {"call_id": call_id, "role": row["role"], "prompt_id": row["prompt_id"]}
+                if not succeeded:  # a failed call: the labels stage saw its error and no label
+                    replayed[call_id] = rel.Replayed(**base, error=row["error"])
+                    continue
+                try:
+                    result = gateway.call_recorded(row)
+                    schema = json.loads(row["request"])["schema"]
+                except LLMGatewayError as exc:
+                    replayed[call_id] = rel.Replayed(**base, problem=" ".join(str(exc).split()))
+                    continue
+                replayed[call_id] = rel.Replayed(**base, raw_response=result.raw_response, schema=schema)
+    return replayed
+
+
+def _decisions(records: list[dict]) -> tuple[dict, dict, list[str]]:
+    """venue -> item -> current arbitration decision; venue -> id -> audit decision; unreadable lines."""
+    from dataclasses import fields
+
+    from peerify_dagster.resources.decisions import Decision, current_decisions
+
+    names = [f.name for f in fields(Decision)]
+    decisions, problems = [], []
+    for number, record in enumerate(records, start=1):
+        try:
+            decisions.append(Decision(**{name: record.get(name) for name in names}))
+        except (TypeError, ValueError) as exc:
+            problems.append(f"{rel.DECISIONS} line {number}: {exc}")
+    venues = {d.venue for d in decisions}
+    arbitration = {v: current_decisions(d for d in decisions if d.venue == v and d.kind == "arbitration")
+                   for v in venues}
+    audit = {v: {d.decision_id: d for d in decisions if d.venue == v and d.kind in ("audit", "consensus")}
+             for v in venues}
+    return arbitration, audit, problems
+
+
+def cmd_rebuild(args: argparse.Namespace) -> int:
+    from peerify_dagster.resources.llm_gateway import LEDGER_SCHEMA
+
+    if not args.folder.is_dir():
+        _say(f"{args.folder}: not a release folder")
+        return EXIT_USAGE
+    if args.out is not None and args.out.exists() and (not args.out.is_dir() or any(args.out.iterdir())):
+        _say(f"--out {args.out}: exists and is not an empty folder; nothing is overwritten")
+        return EXIT_USAGE
+    contents, problems = rel.read_release(args.folder, LEDGER_SCHEMA)
+    problems += rel.link_problems(contents) if contents is not None else []
+    if contents is not None:
+        arbitration, audit, decision_problems = _decisions(contents.decisions)
+        problems += decision_problems
+    if problems:
+        _say(f"cannot rebuild {args.folder}: the release does not verify: {problems[0]}")
+        return EXIT_MISMATCH
+    rows = contents.rows()
+    call_ids, _ = rel.provenance_links(rows)
+    replayed = replay_calls(contents.calls, call_ids)
+    rebuilt = rel.rebuild(rows, replayed, contents.manifest["seeds"], arbitration, audit)
+    out = args.out or Path(tempfile.mkdtemp(prefix=f"peerify-rebuild-{contents.manifest['version']}-"))
+    out.mkdir(parents=True, exist_ok=True)
+    differing = []
+    for name in SLICES:
+        parquet_name, jsonl_name = rel.slice_files(name)
+        for file_name, data in ((parquet_name, rel.slice_parquet(rebuilt.slices[name])),
+                                (jsonl_name, rel.slice_jsonl(rebuilt.slices[name]))):
+            (out / file_name).write_bytes(data)
+            if data != (args.folder / file_name).read_bytes():
+                differing.append(file_name)
+    for row in rebuilt.unreproduced:
+        _say(f"not reproduced: {row}")
+    if differing:
+        _say(f"rebuilt files differing from the release: {', '.join(differing)}")
+    print(f"rebuilt {rows.height - len(rebuilt.unreproduced)} of {rows.height} labels from {len(replayed)} replayed "
+          f"calls (replay-only) and {len(contents.decisions)} decisions into {out}; "
+          f"{2 * len(SLICES) - len(differing)} of {2 * len(SLICES)} slice files byte-identical to the release")
+    return EXIT_OK if not rebuilt.unreproduced and not differing else EXIT_MISMATCH

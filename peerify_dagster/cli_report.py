@@ -1,0 +1,102 @@
+"""`peerify report --venue V`: (re)build the report of an already built venue and print where it is.
+
+Builds `venue_report` in-process, as `peerify build` runs its jobs, and first `metrics` and `token_costs` when they
+are not built for the venue (they only read its predictions: no model is called).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import webbrowser
+from pathlib import Path
+
+from peerify_dagster import paths
+from peerify_dagster.domain.venues import load_registry
+from peerify_dagster.resources.lake import Lake, partition_key_of, partition_slug
+
+REPORT_ASSET = "venue_report"
+RESULTS_FIRST = ("metrics", "token_costs")  # what the report reads that the command builds when missing
+
+
+def report_paths(lake: Lake, venue: str) -> tuple[Path, Path]:
+    """The report's Markdown (figures beside it) and self-contained HTML files."""
+    from assets.reports import REPORT_HTML, REPORT_MARKDOWN, report_folder  # Dagster: loaded only once it runs
+
+    return report_folder(lake, venue) / REPORT_MARKDOWN, report_folder(lake, venue) / REPORT_HTML
+
+
+def print_report_paths(lake: Lake, venue: str) -> None:
+    markdown, page = report_paths(lake, venue)
+    print(f"report: {page}")
+    print(f"markdown: {markdown} (figures beside it)")
+
+
+def built_configurations(lake: Lake, venue: str) -> list[str]:
+    """The configurations whose predictions are built for the venue (`<configuration>|<venue>` partition files)."""
+    return sorted(partition_key_of(path).split("|")[0]
+                  for path in (lake.root / "predictions").glob(f"*|{partition_slug(venue)}.parquet"))
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    # `peerify build`'s helpers; imported here, where `cli` (which registers this command) is loaded. Its ConfigError
+    # is caught here too: under `python -m peerify_dagster.cli` that module is a second copy, not main()'s.
+    from peerify_dagster.cli import ConfigError, say
+
+    try:
+        return _build_report(args)
+    except ConfigError as exc:
+        say(str(exc))
+        return 2
+
+
+def _build_report(args: argparse.Namespace) -> int:
+    import dagster as dg
+
+    from peerify_dagster.cli import ConfigError, check_dagster_home, open_home, run_job, say
+    from peerify_dagster.definitions import venue_results_job
+    from peerify_dagster.partitions import configuration_partitions, venue_partitions
+    from peerify_dagster.resources import runs
+
+    registry_path = Path(paths.registry_path())
+    venue = load_registry(registry_path).get(args.venue)
+    if venue is None:
+        raise ConfigError(f"{registry_path}: venue {args.venue!r} is not registered")
+    check_dagster_home()
+    lake = Lake(paths.lake_root())
+    if not lake.table_path("benchmark_slices", args.venue).exists():
+        raise ConfigError(f"venue {args.venue!r} is not built in {lake.root}: build it first "
+                          f"(`peerify build {args.venue}`)")
+    configurations = built_configurations(lake, args.venue)
+    missing = [asset for asset in RESULTS_FIRST if not lake.table_path(asset, args.venue).exists()]
+    if missing and not configurations:
+        say(f"{', '.join(missing)} not built: no predictions are built for {args.venue}; the report says so")
+    selection = [*(missing if configurations else []), REPORT_ASSET]
+
+    me = f"the report of {args.venue} (pid {os.getpid()})"
+    instance = open_home(me, capture_step_output=False)
+    with runs.exclusive_lock(lake.root / f".build-{venue.slug}.lock", me,
+                             on_wait=lambda other: say(f"waiting for {other} to finish")):
+        if not instance.has_dynamic_partition(venue_partitions.name, args.venue):
+            instance.add_dynamic_partitions(venue_partitions.name, [args.venue])
+        known = set(instance.get_dynamic_partitions(configuration_partitions.name))
+        if new := [name for name in configurations if name not in known]:
+            instance.add_dynamic_partitions(configuration_partitions.name, new)
+        result = run_job(instance, venue_results_job.name, args.venue,
+                          asset_selection=[dg.AssetKey(asset) for asset in selection])
+    if not result.success:
+        say("the report run failed; see the log above")
+        return 1
+    print_report_paths(lake, args.venue)
+    if args.open:
+        webbrowser.open(report_paths(lake, args.venue)[1].as_uri())
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    report = subparsers.add_parser(
+        "report", help="build the report of an already built venue (and its metrics and token costs if missing): "
+                       "Markdown and self-contained HTML with the paper's tables and the figures; prints the paths")
+    report.add_argument("--venue", required=True, help="a built venue, e.g. sample")
+    report.add_argument("--open", action="store_true", help="open the HTML report in the default browser")
+    report.set_defaults(func=cmd_report)
