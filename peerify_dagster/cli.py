@@ -29,6 +29,7 @@ from peerify_dagster.domain.venues import (
     missing_files,
 )
 from peerify_dagster import cli_arbitrate, cli_import, cli_queue, cli_release, cli_report, paths
+from peerify_dagster.cli_common import ConfigError, say
 from peerify_dagster.resources.files import remove_stale_temporaries
 from peerify_dagster.resources.lake import (
     SHARED_TABLES,
@@ -47,14 +48,6 @@ if TYPE_CHECKING:
 LLM_PROMPTS_IN_GRAPH = {"extractor": ["extract_claims", "extract_paper_claim", "rephrase_claim"],
                         "fact_tagger": ["tag_fact"], "verifiers": ["verify"]}
 LLM_ROLES_IN_GRAPH = list(LLM_PROMPTS_IN_GRAPH)
-
-
-class ConfigError(Exception):
-    """A configuration mistake, reported as its one-line message with exit code 2."""
-
-
-def say(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
 
 
 def _one_line(exc: BaseException) -> str:

@@ -30,6 +30,7 @@ from typing import TextIO
 import polars as pl
 
 from peerify_dagster import paths
+from peerify_dagster.cli_common import guarded, say
 from peerify_dagster.domain import arbitration, audit
 from peerify_dagster.domain.labels import LABELS, NOT_DETERMINED, NOT_SUPPORTED, PARTIALLY_SUPPORTED, SUPPORTED
 from peerify_dagster.domain.venues import RegistryError, Venue, load_registry
@@ -47,10 +48,6 @@ QUIT_KEYS = {"q", "\x04"}  # q, or Ctrl-D (in cbreak mode it arrives as a charac
 
 class ArbitrateError(Exception):
     """A mistake in the request (venue, missing table, ...), reported as one line with exit code 2."""
-
-
-def _say(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
 
 
 def _venue(key: str) -> Venue:
@@ -396,7 +393,7 @@ def cmd_arbitrate(args: argparse.Namespace) -> int:
     try:
         return walk(session, Keys(), screen)
     except KeyboardInterrupt:
-        _say(f"\ninterrupted; {session.saved} decision(s) saved this session")
+        say(f"\ninterrupted; {session.saved} decision(s) saved this session")
         return 130
 
 
@@ -453,14 +450,7 @@ def cmd_audit_sample(args: argparse.Namespace) -> int:
     return 0
 
 
-def _guarded(command: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
-    def run(args: argparse.Namespace) -> int:
-        try:
-            return command(args)
-        except (ArbitrateError, RegistryError, LedgerError) as exc:
-            _say(str(exc))
-            return 2
-    return run
+_guarded = guarded(ArbitrateError, RegistryError, LedgerError)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import polars as pl
 
 from peerify_dagster import paths
+from peerify_dagster.cli_common import EXIT_USAGE, say
 from peerify_dagster.domain import release_import as ri
 from peerify_dagster.domain.venues import SOURCE_RELEASE, RegistryError, Venue, add_venue, load_registry
 from peerify_dagster.resources.lake import Lake
@@ -27,11 +27,7 @@ from peerify_dagster.resources.lake import Lake
 if TYPE_CHECKING:
     import dagster as dg
 
-EXIT_REFUSED = 2  # the release has problems, or the venue exists and --replace was not given: nothing written
-
-
-def _say(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
+EXIT_REFUSED = EXIT_USAGE  # the release has problems, or the venue exists and --replace was not given: nothing written
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -62,21 +58,21 @@ def cmd_import_release(args: argparse.Namespace) -> int:
     folder: Path = args.folder
     venue_key = args.venue or f"release-{folder.resolve().name}"
     if args.sample_per_slice is not None and args.sample_per_slice < 1:
-        _say("--sample-per-slice must be a positive number of claims")
+        say("--sample-per-slice must be a positive number of claims")
         return EXIT_REFUSED
     try:
         imported = ri.import_release(folder, venue_key, args.sample_per_slice, args.seed)
     except FileNotFoundError as error:
-        _say(f"not imported: {error}")
+        say(f"not imported: {error}")
         return EXIT_REFUSED
     except ri.ReleaseImportError as error:
-        _say(f"not imported: {len(error.problems)} problem(s) in {folder}; nothing was written")
+        say(f"not imported: {len(error.problems)} problem(s) in {folder}; nothing was written")
         for problem in error.problems:
-            _say(f"  {problem}")
+            say(f"  {problem}")
         return EXIT_REFUSED
     registry_path, lake = Path(paths.registry_path()), Lake(paths.lake_root())
     if refusal := _refusal(registry_path, lake, venue_key, args.replace):
-        _say(f"not imported: {refusal}")
+        say(f"not imported: {refusal}")
         return EXIT_REFUSED
     from peerify_dagster.cli import open_home  # imported here: cli imports this module to register the command
 

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
 import polars as pl
 
 from peerify_dagster import paths
+from peerify_dagster.cli_common import guarded, say
 from peerify_dagster.domain import arbitration as arb
 from peerify_dagster.resources.decisions import DecisionLedger, LedgerError, current_decisions, new_decision
 from peerify_dagster.resources.files import write_atomic
@@ -25,10 +25,6 @@ TASKS_FILE, CONFIG_FILE = "tasks.json", "labelling_config.xml"
 
 class QueueCommandError(Exception):
     """A mistake reported as its message with exit code 2."""
-
-
-def _say(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
 
 
 def _read(lake: Lake, table: str, venue: str) -> pl.DataFrame:
@@ -43,7 +39,7 @@ def _arbitration_current(lake: Lake, venue: str) -> tuple[DecisionLedger, dict]:
     ledger = DecisionLedger(lake.root, venue)
     contents = ledger.read()
     for problem in contents.problems:
-        _say(f"warning: {ledger.path} line {problem.line_number}: {problem.reason}")
+        say(f"warning: {ledger.path} line {problem.line_number}: {problem.reason}")
     return ledger, current_decisions(d for d in contents.decisions if d.kind == "arbitration")
 
 
@@ -90,9 +86,9 @@ def cmd_decisions_import(args: argparse.Namespace) -> int:
     valid, invalid = arb.validate_answers(answers, args.venue, queue, known_claims)
     problems += invalid
     if problems:
-        _say(f"rejected {path}: {len(problems)} problem(s); nothing was imported")
+        say(f"rejected {path}: {len(problems)} problem(s); nothing was imported")
         for problem in problems:
-            _say(f"  {problem}")
+            say(f"  {problem}")
         return 2
     if not valid:
         raise QueueCommandError(f"{path}: no decisions in it (every item leaves choice and label empty)")
@@ -115,14 +111,7 @@ def cmd_decisions_import(args: argparse.Namespace) -> int:
     return 0
 
 
-def _guarded(command):  # noqa: ANN001, ANN202
-    def run(args: argparse.Namespace) -> int:
-        try:
-            return command(args)
-        except QueueCommandError as exc:
-            _say(str(exc))
-            return 2
-    return run
+_guarded = guarded(QueueCommandError)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -16,41 +16,25 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import tempfile
-from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow as pa
 
 from peerify_dagster import paths
+from peerify_dagster.cli_common import EXIT_USAGE, ConfigError, guarded, say
 from peerify_dagster.domain import label_release as rel
 from peerify_dagster.domain.slices import SLICES, SliceConfig, label_distribution
 from peerify_dagster.domain.venues import RegistryError, load_registry
 
-EXIT_OK, EXIT_MISMATCH, EXIT_USAGE = 0, 1, 2
-
-
-def _say(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
+EXIT_OK, EXIT_MISMATCH = 0, 1  # and cli_common.EXIT_USAGE (2)
 
 
 class ReleaseUsageError(Exception):
     """A mistake in how a release command was called; reported as its message with exit code 2."""
 
 
-def _guarded(command: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
-    def run(args: argparse.Namespace) -> int:
-        # cli.py's ConfigError from the helpers used here: under `python -m peerify_dagster.cli` that module is
-        # imported a second time, so its exceptions are not the ones cli.main catches.
-        from peerify_dagster.cli import ConfigError
-
-        try:
-            return command(args)
-        except (ReleaseUsageError, ConfigError, RegistryError) as exc:
-            _say(str(exc))
-            return EXIT_USAGE
-    return run
+_guarded = guarded(ReleaseUsageError, ConfigError, RegistryError)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -114,7 +98,7 @@ def cmd_release(args: argparse.Namespace) -> int:
                       {"ops": {"label_release": {"config": {"version": version, "venues": list(args.venue)}}}})
     if not result.success:
         failures = [_failure_reason(e.event_specific_data) for e in result.all_events if e.is_step_failure]
-        _say(f"release {version} not written: {failures[0] if failures else 'the run failed; see the log above'}")
+        say(f"release {version} not written: {failures[0] if failures else 'the run failed; see the log above'}")
         return EXIT_MISMATCH
     print(f"release {version} written to {target}")
     for path in sorted(target.iterdir()):
@@ -175,15 +159,15 @@ def verify(folder: Path, manifest_sha256: str | None = None) -> list[str]:
 
 def cmd_verify(args: argparse.Namespace) -> int:
     if not args.folder.is_dir():
-        _say(f"{args.folder}: not a release folder")
+        say(f"{args.folder}: not a release folder")
         return EXIT_USAGE
     problems = verify(args.folder, args.manifest_sha256)
     if problems:
-        _say(f"MISMATCH in release {args.folder}: {problems[0]}")
+        say(f"MISMATCH in release {args.folder}: {problems[0]}")
         for line in problems[1:20]:
-            _say(f"  also: {line}")
+            say(f"  also: {line}")
         if len(problems) > 20:
-            _say(f"  ... and {len(problems) - 20} more")
+            say(f"  ... and {len(problems) - 20} more")
         return EXIT_MISMATCH
     manifest = rel.read_manifest(args.folder)[0]
     rows = sum(manifest["slices"][name]["rows"] for name in SLICES)
@@ -255,10 +239,10 @@ def cmd_rebuild(args: argparse.Namespace) -> int:
     from peerify_dagster.resources.llm_gateway import LEDGER_SCHEMA
 
     if not args.folder.is_dir():
-        _say(f"{args.folder}: not a release folder")
+        say(f"{args.folder}: not a release folder")
         return EXIT_USAGE
     if args.out is not None and args.out.exists() and (not args.out.is_dir() or any(args.out.iterdir())):
-        _say(f"--out {args.out}: exists and is not an empty folder; nothing is overwritten")
+        say(f"--out {args.out}: exists and is not an empty folder; nothing is overwritten")
         return EXIT_USAGE
     contents, problems = rel.read_release(args.folder, LEDGER_SCHEMA)
     problems += rel.link_problems(contents) if contents is not None else []
@@ -266,7 +250,7 @@ def cmd_rebuild(args: argparse.Namespace) -> int:
         arbitration, audit, decision_problems = _decisions(contents.decisions)
         problems += decision_problems
     if problems:
-        _say(f"cannot rebuild {args.folder}: the release does not verify: {problems[0]}")
+        say(f"cannot rebuild {args.folder}: the release does not verify: {problems[0]}")
         return EXIT_MISMATCH
     rows = contents.rows()
     call_ids, _ = rel.provenance_links(rows)
@@ -283,9 +267,9 @@ def cmd_rebuild(args: argparse.Namespace) -> int:
             if data != (args.folder / file_name).read_bytes():
                 differing.append(file_name)
     for row in rebuilt.unreproduced:
-        _say(f"not reproduced: {row}")
+        say(f"not reproduced: {row}")
     if differing:
-        _say(f"rebuilt files differing from the release: {', '.join(differing)}")
+        say(f"rebuilt files differing from the release: {', '.join(differing)}")
     print(f"rebuilt {rows.height - len(rebuilt.unreproduced)} of {rows.height} labels from {len(replayed)} replayed "
           f"calls (replay-only) and {len(contents.decisions)} decisions into {out}; "
           f"{2 * len(SLICES) - len(differing)} of {2 * len(SLICES)} slice files byte-identical to the release")

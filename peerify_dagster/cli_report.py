@@ -12,6 +12,7 @@ import webbrowser
 from pathlib import Path
 
 from peerify_dagster import paths
+from peerify_dagster.cli_common import ConfigError, guarded, say
 from peerify_dagster.domain.venues import load_registry
 from peerify_dagster.resources.lake import Lake, partition_key_of, partition_slug
 
@@ -38,22 +39,12 @@ def built_configurations(lake: Lake, venue: str) -> list[str]:
                   for path in (lake.root / "predictions").glob(f"*|{partition_slug(venue)}.parquet"))
 
 
+@guarded(ConfigError)
 def cmd_report(args: argparse.Namespace) -> int:
-    # `peerify build`'s helpers; imported here, where `cli` (which registers this command) is loaded. Its ConfigError
-    # is caught here too: under `python -m peerify_dagster.cli` that module is a second copy, not main()'s.
-    from peerify_dagster.cli import ConfigError, say
-
-    try:
-        return _build_report(args)
-    except ConfigError as exc:
-        say(str(exc))
-        return 2
-
-
-def _build_report(args: argparse.Namespace) -> int:
     import dagster as dg
 
-    from peerify_dagster.cli import ConfigError, check_dagster_home, open_home, run_job, say
+    # `peerify build`'s helpers; imported here, where `cli` (which registers this command) is loaded.
+    from peerify_dagster.cli import check_dagster_home, open_home, run_job
     from peerify_dagster.definitions import venue_results_job
     from peerify_dagster.partitions import configuration_partitions, venue_partitions
     from peerify_dagster.resources import runs
