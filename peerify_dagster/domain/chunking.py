@@ -26,10 +26,11 @@ import math
 import re
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
 from peerify_dagster.domain.layout import Block
+from peerify_dagster.domain.options import checked_options
 
 CHUNK_KINDS = ("paragraph", "caption", "table", "figure", "appendix", "reference", "abstract", "checklist")
 STRATEGIES = ("pack", "paragraph")
@@ -78,13 +79,7 @@ class ChunkingConfig:
     @classmethod
     def from_mapping(cls, options: Mapping[str, Any] | None) -> ChunkingConfig:
         """Build from a registry entry such as `{strategy: pack, max_tokens: 200, exclude_kinds: [checklist]}`."""
-        if options is not None and not isinstance(options, Mapping):
-            raise ChunkingConfigError(f"must be a mapping of options, got {options!r}")
-        options = dict(options or {})
-        known = {item.name for item in fields(cls)}
-        unknown = set(options) - known
-        if unknown:
-            raise ChunkingConfigError(f"unknown option(s) {sorted(unknown)}; known: {sorted(known)}")
+        options = checked_options(cls, options, ChunkingConfigError)
         if "exclude_kinds" in options:
             if not isinstance(options["exclude_kinds"], (list, tuple)):
                 raise ChunkingConfigError("exclude_kinds must be a list of chunk kinds")

@@ -23,12 +23,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
 from peerify_dagster.domain import label_metrics
 from peerify_dagster.domain.labels import LABELS
 from peerify_dagster.domain.llm_calls import JsonExtractionError, estimate_tokens, extract_json_object
+from peerify_dagster.domain.options import checked_options
 from peerify_dagster.domain.prompts import format_passages, load_prompt
 
 SOURCE_THREAD = "thread"
@@ -69,22 +70,15 @@ class LabellingConfig:
 
     @classmethod
     def from_mapping(cls, raw: Mapping[str, Any] | None) -> LabellingConfig:
-        if raw is None:
-            return cls()
-        if not isinstance(raw, Mapping):
-            raise LabellingConfigError(f"expected a mapping of options, got {raw!r}")
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(raw) - known)
-        if unknown:
-            raise LabellingConfigError(f"unknown option(s) {unknown}; known: {sorted(known)}")
+        options = checked_options(cls, raw, LabellingConfigError)
         for name, choices in (("thread_evidence", THREAD_CHOICES), ("manuscript_evidence", MANUSCRIPT_CHOICES),
                               ("retriever", RETRIEVER_CHOICES)):
-            if name in raw and raw[name] not in choices:
-                raise LabellingConfigError(f"{name} must be one of {list(choices)}, got {raw[name]!r}")
-        top_k = raw.get("top_k", cls.top_k)
+            if name in options and options[name] not in choices:
+                raise LabellingConfigError(f"{name} must be one of {list(choices)}, got {options[name]!r}")
+        top_k = options.get("top_k", cls.top_k)
         if not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 1:
             raise LabellingConfigError(f"top_k must be a positive integer, got {top_k!r}")
-        return cls(**raw)
+        return cls(**options)
 
     @property
     def needs_retrieval(self) -> bool:

@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from peerify_dagster.domain import notes as n
+from peerify_dagster.domain.options import checked_options
 
 REVIEW_SCOPES = ("all", "replied", "one_pair")
 SKIP_WITHDRAWN = "withdrawn"
@@ -54,19 +55,13 @@ class SamplingConfig:
 
     @classmethod
     def from_mapping(cls, raw: Mapping[str, Any] | None) -> SamplingConfig:
-        if raw is None:
-            return cls()
-        if not isinstance(raw, Mapping):
-            raise SamplingConfigError(f"expected a mapping of options, got {raw!r}")
+        options = checked_options(cls, raw, SamplingConfigError)
         known = {f.name: f for f in fields(cls)}
-        unknown = sorted(set(raw) - set(known))
-        if unknown:
-            raise SamplingConfigError(f"unknown option(s) {unknown}; known: {sorted(known)}")
-        for name, value in raw.items():
+        for name, value in options.items():
             expected = bool if known[name].type == "bool" else int if known[name].type == "int" else str
             if not isinstance(value, expected) or (expected is int and isinstance(value, bool)):
                 raise SamplingConfigError(f"{name} must be a {expected.__name__}, got {value!r}")
-        config = cls(**raw)
+        config = cls(**options)
         if config.reviews not in REVIEW_SCOPES:
             raise SamplingConfigError(f"reviews must be one of {REVIEW_SCOPES}, got {config.reviews!r}")
         if config.min_reply_words < 0:

@@ -14,12 +14,13 @@ venue's `slices:` options (size minimums, label-share bound, VerifiableOnly's ba
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
 
 import polars as pl
 
 from peerify_dagster.domain.labels import LABELS
+from peerify_dagster.domain.options import checked_options
 
 PAPER_SOURCED, REBUTTAL_SOURCED, LLM_JUDGED = "PaperSourced", "RebuttalSourced", "LLMJudged"
 HIGH_AGREEMENT, VERIFIABLE_ONLY, HUMAN_VERIFIED = "HighAgreement", "VerifiableOnly", "HumanVerified"
@@ -60,17 +61,11 @@ class SliceConfig:
 
     @classmethod
     def from_mapping(cls, raw: Mapping[str, Any] | None) -> SliceConfig:
-        if raw is None:
-            return cls()
-        if not isinstance(raw, Mapping):
-            raise SliceConfigError(f"expected a mapping of options, got {raw!r}")
-        unknown = sorted(set(raw) - {f.name for f in fields(cls)})
-        if unknown:
-            raise SliceConfigError(f"unknown option(s) {unknown}; known: {sorted(f.name for f in fields(cls))}")
-        base = raw.get("verifiable_only_base", cls.verifiable_only_base)
+        options = checked_options(cls, raw, SliceConfigError)
+        base = options.get("verifiable_only_base", cls.verifiable_only_base)
         if base not in VERIFIABLE_BASES:
             raise SliceConfigError(f"verifiable_only_base must be one of {list(VERIFIABLE_BASES)}, got {base!r}")
-        sizes = raw.get("min_size") or {}
+        sizes = options.get("min_size") or {}
         if not isinstance(sizes, Mapping):
             raise SliceConfigError(f"min_size must map slice names to integers, got {sizes!r}")
         for name, value in sizes.items():
@@ -78,10 +73,10 @@ class SliceConfig:
                 raise SliceConfigError(f"min_size: unknown slice {name!r}; slices: {list(SLICES)}")
             if not _is_count(value):
                 raise SliceConfigError(f"min_size.{name} must be a non-negative integer, got {value!r}")
-        share = raw.get("max_label_share", cls.max_label_share)
+        share = options.get("max_label_share", cls.max_label_share)
         if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 < share <= 1:
             raise SliceConfigError(f"max_label_share must be a number in (0, 1], got {share!r}")
-        items = raw.get("distribution_min_items", cls.distribution_min_items)
+        items = options.get("distribution_min_items", cls.distribution_min_items)
         if not _is_count(items):
             raise SliceConfigError(f"distribution_min_items must be a non-negative integer, got {items!r}")
         return cls(verifiable_only_base=base, min_size={**_default_min_size(), **sizes},
