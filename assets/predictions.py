@@ -34,7 +34,6 @@ PREDICTION_SCHEMA = {
     "parse_ok": pl.Boolean, "tokens_in": pl.Int64, "tokens_out": pl.Int64, "call_id": pl.String, "error": pl.String,
     "prompt_id": pl.String, "gold_label": pl.String,
 }
-CONFIGURATION_HASH = "configuration_hash"  # metadata key: the definition a partition was built from
 
 
 @dg.asset(partitions_def=prediction_partitions, group_name="predictions", kinds={"python", "parquet"},
@@ -194,7 +193,7 @@ def _metadata(frame: pl.DataFrame, configuration: pred.Configuration, verifiers:
     keyed = frame.filter(pl.col("gold_label").is_not_null() & (pl.col("claim_source") == pred.SOURCE_ANSWER_KEY))
     statuses = frame.group_by("status").len().sort("status")
     return {
-        CONFIGURATION_HASH: configuration.content_hash(),
+        pred.CONFIGURATION_HASH: configuration.content_hash(),
         "configuration": dg.MetadataValue.json(configuration.describe()),
         "verifiers": dg.MetadataValue.json(verifiers),
         "claims": frame["claim_id"].n_unique(),

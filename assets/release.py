@@ -20,9 +20,14 @@ from peerify_dagster.domain import label_release as rel
 from peerify_dagster.domain.labelling import SOURCE_THREAD
 from peerify_dagster.domain.prompts import available_prompts, template_hash
 from peerify_dagster.domain.slices import HUMAN_VERIFIED, SLICES
-from peerify_dagster.partitions import venue_partitions
 from peerify_dagster.resources import audit_sample
-from peerify_dagster.resources.dagster_resources import LakeResource, VenueRegistryResource
+from peerify_dagster.freshness import latest_materialisation
+from peerify_dagster.resources.dagster_resources import (
+    UNPARTITIONED,
+    LakeResource,
+    ReleaseLineageResource,
+    VenueRegistryResource,
+)
 from peerify_dagster.resources.decisions import Decision, DecisionLedger
 from peerify_dagster.resources.files import atomic_folder
 from peerify_dagster.resources.llm_gateway import LEDGER_SCHEMA, CallLedger, ModelRegistry
@@ -38,16 +43,10 @@ class ReleaseConfig(dg.Config):
     venues: list[str]  # venue keys of venues.yaml, each built (its benchmark_slices) with its blocking gates passed
 
 
-def _latest_materialisation(instance: dg.DagsterInstance, key: dg.AssetKey, partition: str | None):
-    records = instance.fetch_materializations(
-        dg.AssetRecordsFilter(asset_key=key, asset_partitions=[partition] if partition else None), limit=1).records
-    return records[0] if records else None
-
-
 def gate_problems(instance: dg.DagsterInstance, venue: str) -> list[str]:
     """Why the venue's slices may not be released: a blocking gate that failed or was not evaluated on the latest
     materialisation of its slices."""
-    built = _latest_materialisation(instance, SLICES_KEY, venue)
+    built = latest_materialisation(instance, SLICES_KEY, venue)
     if built is None:
         return [f"{venue}: benchmark_slices was never materialised in this Dagster instance (build it with "
                 f"`peerify build {venue}` under the same DAGSTER_HOME)"]
@@ -76,21 +75,15 @@ def _evaluation_of(instance: dg.DagsterInstance, check: dg.AssetCheckKey, built)
     return None
 
 
-def upstream_versions(context: dg.AssetExecutionContext, venues: list[str]) -> list[dict]:
+def upstream_versions(context: dg.AssetExecutionContext, lineage: ReleaseLineageResource,
+                      venues: list[str]) -> list[dict]:
     """The latest materialisation of every asset upstream of the release, per venue partition: data version, code
     version, run and time (null when the instance has none)."""
-    from peerify_dagster.definitions import defs  # the whole graph: a run's job sees only the release's neighbours
-
-    graph = defs.resolve_asset_graph()
     entries = []
-    for key in sorted(graph.get_ancestor_asset_keys(context.asset_key), key=lambda k: k.to_user_string()):
-        node = graph.get(key)
-        if not node.is_materializable:
-            continue
-        partitions = [None] if node.partitions_def is None else venues if node.partitions_def == venue_partitions \
-            else []
-        for partition in partitions:
-            record = _latest_materialisation(context.instance, key, partition)
+    for asset in lineage.upstream:
+        for partition in [None] if asset.partitioning == UNPARTITIONED else venues:
+            key = dg.AssetKey.from_user_string(asset.asset)
+            record = latest_materialisation(context.instance, key, partition)
             tags = record.asset_materialization.tags or {} if record else {}
             entries.append({
                 "asset": key.to_user_string(), "partition": partition,
@@ -170,7 +163,7 @@ def _prompts(calls: pa.Table) -> dict[str, dict]:
 
 @dg.asset(group_name="release", kinds={"python", "parquet"}, code_version="label-release-v1", deps=[SLICES_KEY])
 def label_release(context: dg.AssetExecutionContext, config: ReleaseConfig, lake: LakeResource,
-                  venue_registry: VenueRegistryResource) -> dg.MaterializeResult:
+                  venue_registry: VenueRegistryResource, release_lineage: ReleaseLineageResource) -> dg.MaterializeResult:
     """A versioned label release of the given venues' benchmark slices in `<lake>/releases/<version>/`: per slice a
     Parquet and a JSONL file (every venue's rows, each with its gold label, the labeller call ids and the human
     decision ids behind it), calls.parquet (those calls' ledger rows), decisions.jsonl (those decisions),
@@ -206,7 +199,7 @@ def label_release(context: dg.AssetExecutionContext, config: ReleaseConfig, lake
         canonical = lake.lake().read_table("canonical_labels", venue)
         arbitration[venue] = {f"{source}:{provenance}": n for source, provenance, n in
                               canonical.group_by("source", "provenance").len().sort("source", "provenance").rows()}
-        built = _latest_materialisation(context.instance, SLICES_KEY, venue)
+        built = latest_materialisation(context.instance, SLICES_KEY, venue)
         left = built.asset_materialization.metadata.get("left_out") if built else None
         left_out[venue] = left.value if left else {}
     rows = rel.slice_rows(pl.concat(frames))
@@ -234,7 +227,7 @@ def label_release(context: dg.AssetExecutionContext, config: ReleaseConfig, lake
         "slices": {name: {"rows": rows.filter(pl.col("slice") == name).height, "labels": labels}
                    for name, labels in rel.label_counts(rows).items()},
         "schema": {name: str(dtype) for name, dtype in rows.schema.items()},
-        "upstream": upstream_versions(context, venues),
+        "upstream": upstream_versions(context, release_lineage, venues),
         "models": _models(calls), "prompts": _prompts(calls),
         "arbitration": arbitration, "left_out": left_out, "licence": rel.LICENCE,
     }

@@ -30,7 +30,8 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 import dagster as dg  # noqa: E402
 
-from peerify_dagster.definitions import build_resources, build_venue_job, defs  # noqa: E402
+from peerify_dagster.definitions import build_resources, defs  # noqa: E402
+from peerify_dagster.jobs import build_venue_job  # noqa: E402
 from peerify_dagster.partitions import venue_partitions  # noqa: E402
 from peerify_dagster.resources.dagster_resources import VenueRegistryResource  # noqa: E402
 from peerify_dagster.resources.lake import Lake  # noqa: E402

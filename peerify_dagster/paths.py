@@ -26,3 +26,13 @@ def registry_path() -> str:
 def configurations_path() -> str:
     """The prediction configurations: PEERIFY_CONFIGURATIONS, else `configurations.yaml` in the repository."""
     return os.environ.get("PEERIFY_CONFIGURATIONS") or str(REPO_ROOT / "configurations.yaml")
+
+
+def dagster_home() -> str:
+    """The Dagster home: DAGSTER_HOME, else `.dagster_home/` beside the lake: the repository's own (as `make` uses)
+    for the default lake, so terminal builds, the UI, releases and sensors share one run history; a lake elsewhere
+    (PEERIFY_LAKE) keeps its run history in `.dagster_home/` inside it, since gate results describe its files."""
+    if home := os.environ.get("DAGSTER_HOME"):
+        return home
+    lake = Path(lake_root())
+    return str(REPO_ROOT / ".dagster_home" if lake == REPO_ROOT / "data_lake" else lake / ".dagster_home")

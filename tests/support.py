@@ -6,7 +6,8 @@ from pathlib import Path
 
 import dagster as dg
 
-from peerify_dagster.definitions import build_resources, build_venue_job, defs
+from peerify_dagster.definitions import build_resources, defs
+from peerify_dagster.jobs import build_venue_job
 from peerify_dagster.partitions import configuration_partitions, prediction_key, venue_partitions
 from peerify_dagster.resources.dagster_resources import OpenReviewResource, VenueRegistryResource
 from peerify_dagster.testing.cli import SAMPLE, SAMPLE_DIR, sample_registry, write_registry  # noqa: F401 - re-exported

@@ -10,7 +10,7 @@ import polars as pl
 import pytest
 from dagster._core.storage.defs_state.base import set_defs_state_storage
 
-from peerify_dagster.definitions import human_decisions_sensor
+from peerify_dagster.sensors import human_decisions_sensor
 from peerify_dagster.domain import arbitration as arb
 from peerify_dagster.resources.dagster_resources import LakeResource
 from peerify_dagster.resources.decisions import DecisionLedger, new_decision

@@ -11,8 +11,9 @@ import polars as pl
 import pytest
 from dagster._core.events import DagsterEventType
 
-from peerify_dagster.cli import venue_summary
-from peerify_dagster.definitions import build_resources, catalog_refresh_sensor
+from peerify_dagster.cli.build import venue_summary
+from peerify_dagster.definitions import build_resources
+from peerify_dagster.sensors import catalog_refresh_sensor
 from peerify_dagster.resources.dagster_resources import LakeResource, VenueRegistryResource
 from peerify_dagster.resources.lake import Lake
 from tests.cli_support import cli_env, hold_catalog, peerify

@@ -15,7 +15,9 @@ import polars as pl
 import pytest
 from dagster._core.storage.defs_state.base import set_defs_state_storage
 
-from peerify_dagster.definitions import REFRESH_RUN_CONFIG, build_resources, venue_refresh_schedule
+from peerify_dagster.definitions import build_resources
+from peerify_dagster.jobs import REFRESH_RUN_CONFIG
+from peerify_dagster.sensors import venue_refresh_schedule
 from peerify_dagster.partitions import venue_partitions
 from peerify_dagster.resources.dagster_resources import OpenReviewResource, VenueRegistryResource
 from peerify_dagster.resources.lake import Lake

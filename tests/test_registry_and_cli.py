@@ -13,7 +13,7 @@ import pytest
 from dagster._core.storage.defs_state.base import set_defs_state_storage
 
 from peerify_dagster import cli
-from peerify_dagster.definitions import venue_registry_sensor, venue_refresh_schedule
+from peerify_dagster.sensors import venue_refresh_schedule, venue_registry_sensor
 from peerify_dagster.domain.venues import RegistryError, Venue, add_venue, load_registry
 from peerify_dagster.partitions import venue_partitions
 from peerify_dagster.resources.dagster_resources import VenueRegistryResource

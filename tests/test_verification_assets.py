@@ -13,7 +13,9 @@ import polars as pl
 import pytest
 from dagster._core.instance.ref import InstanceRef
 
-from peerify_dagster.definitions import build_resources, build_venue_job, configurations_sensor, defs
+from peerify_dagster.definitions import build_resources, defs
+from peerify_dagster.jobs import build_venue_job
+from peerify_dagster.sensors import configurations_sensor
 from peerify_dagster.partitions import configuration_partitions, prediction_key, venue_partitions
 from peerify_dagster.resources.dagster_resources import (
     LLMGatewayResource,

@@ -66,6 +66,9 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")  # a partition key that is a
 CHARS_PER_TOKEN = 3
 
 
+CONFIGURATION_HASH = "configuration_hash"  # predictions metadata key: the definition a partition was built from
+
+
 class ConfigurationError(ValueError):
     """A configuration file that cannot be used; the message names the file, the configuration and the reason."""
 

@@ -229,3 +229,19 @@ class LLMGatewayResource(dg.ConfigurableResource):
 
         return LLMGateway(lake.root, profile=self.profile, cache_mode=self.cache_mode, run_id=run_id,
                           max_cost_usd=self.max_cost_usd, max_tokens=self.max_tokens)
+
+
+UNPARTITIONED, BY_VENUE = "unpartitioned", "venue"
+
+
+class UpstreamAsset(dg.Config):
+    asset: str  # the asset key as a user string
+    partitioning: str  # UNPARTITIONED or BY_VENUE
+
+
+class ReleaseLineageResource(dg.ConfigurableResource):
+    """The assets upstream of a label release whose latest materialisations its manifest records (those partitioned
+    by venue, or not at all), taken from the whole asset graph when the code location is assembled: a release's run
+    sees only the release's neighbours."""
+
+    upstream: list[UpstreamAsset] = []

@@ -78,17 +78,14 @@ NO_STEP_OUTPUT_CAPTURE = {"compute_logs": {"module": "dagster._core.storage.noop
                                            "class": "NoOpComputeLogManager"}}
 
 
-def open_instance(holder: str, on_wait: Callable[[str], None],
+def open_instance(home: Path, holder: str, on_wait: Callable[[str], None],
                   capture_step_output: bool = True) -> tuple[dg.DagsterInstance, list[str]]:
-    """The DAGSTER_HOME instance (an ephemeral one without a home) and a line per dead run recovered in it. The
-    storage is created (migrated) and the runs recovered under the home lock. Runs and events go to the home's
-    storage either way; `capture_step_output=False` leaves the steps' stdout/stderr out of it (no child process)."""
-    home = os.environ.get("DAGSTER_HOME")
-    if not home:
-        return dg.DagsterInstance.ephemeral(), []
-    with home_lock(Path(home), holder, on_wait):
-        instance = dg.DagsterInstance.get() if capture_step_output else dg.DagsterInstance.from_ref(
-            InstanceRef.from_dir(home, overrides=NO_STEP_OUTPUT_CAPTURE))
+    """The instance of the Dagster home `home` and a line per dead run recovered in it. The storage is created
+    (migrated) and the runs recovered under the home lock. Runs and events go to the home's storage either way;
+    `capture_step_output=False` leaves the steps' stdout/stderr out of it (no child process)."""
+    with home_lock(home, holder, on_wait):
+        instance = dg.DagsterInstance.from_ref(
+            InstanceRef.from_dir(str(home), overrides={} if capture_step_output else NO_STEP_OUTPUT_CAPTURE))
         instance.get_runs(limit=1)  # run, event-log and schedule storages exist (and are migrated) from here on
         return instance, recover_dead_runs(instance)
 

@@ -12,7 +12,8 @@ import webbrowser
 from pathlib import Path
 
 from peerify_dagster import paths
-from peerify_dagster.cli_common import ConfigError, guarded, say
+from peerify_dagster.cli.home import open_home, run_job
+from peerify_dagster.cli.common import ConfigError, guarded, say
 from peerify_dagster.domain.venues import load_registry
 from peerify_dagster.resources.lake import Lake, partition_key_of, partition_slug
 
@@ -43,9 +44,7 @@ def built_configurations(lake: Lake, venue: str) -> list[str]:
 def cmd_report(args: argparse.Namespace) -> int:
     import dagster as dg
 
-    # `peerify build`'s helpers; imported here, where `cli` (which registers this command) is loaded.
-    from peerify_dagster.cli import check_dagster_home, open_home, run_job
-    from peerify_dagster.definitions import venue_results_job
+    from peerify_dagster.jobs import venue_results_job
     from peerify_dagster.partitions import configuration_partitions, venue_partitions
     from peerify_dagster.resources import runs
 
@@ -53,7 +52,6 @@ def cmd_report(args: argparse.Namespace) -> int:
     venue = load_registry(registry_path).get(args.venue)
     if venue is None:
         raise ConfigError(f"{registry_path}: venue {args.venue!r} is not registered")
-    check_dagster_home()
     lake = Lake(paths.lake_root())
     if not lake.table_path("benchmark_slices", args.venue).exists():
         raise ConfigError(f"venue {args.venue!r} is not built in {lake.root}: build it first "

@@ -22,12 +22,13 @@ from pathlib import Path
 import pyarrow as pa
 
 from peerify_dagster import paths
-from peerify_dagster.cli_common import EXIT_USAGE, ConfigError, guarded, say
+from peerify_dagster.cli.home import open_home, run_job
+from peerify_dagster.cli.common import EXIT_USAGE, ConfigError, guarded, say
 from peerify_dagster.domain import label_release as rel
 from peerify_dagster.domain.slices import SLICES, SliceConfig, label_distribution
 from peerify_dagster.domain.venues import RegistryError, load_registry
 
-EXIT_OK, EXIT_MISMATCH = 0, 1  # and cli_common.EXIT_USAGE (2)
+EXIT_OK, EXIT_MISMATCH = 0, 1  # and common.EXIT_USAGE (2)
 
 
 class ReleaseUsageError(Exception):
@@ -41,7 +42,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     release = subparsers.add_parser(
         "release", help="write a versioned label release of built venues (data_lake/releases/X.Y.Z/); "
                         "`release verify DIR` checks one",
-        description="Write <lake>/releases/X.Y.Z/ from the venues' benchmark slices (needs DAGSTER_HOME, whose runs "
+        description="Write <lake>/releases/X.Y.Z/ from the venues' benchmark slices (the Dagster home whose runs "
                     "hold their gate results), or `peerify release verify DIR`.")
     release.add_argument("--venue", action="append", metavar="V", help="a built venue (repeatable)")
     release.add_argument("--version", help="the release version, X.Y.Z; an existing version is never overwritten")
@@ -69,8 +70,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 # -- release -----------------------------------------------------------------------------------------------------------
 def cmd_release(args: argparse.Namespace) -> int:
-    from peerify_dagster.cli import check_dagster_home, open_home, run_job
-
     if not args.venue or not args.version:
         raise ReleaseUsageError("peerify release needs --venue V (repeatable) and --version X.Y.Z, "
                                 "or `peerify release verify DIR`")
@@ -87,11 +86,7 @@ def cmd_release(args: argparse.Namespace) -> int:
     if target.exists():
         raise ReleaseUsageError(f"release {version} already exists at {target}; a release is never overwritten: "
                                 "choose a new version")
-    check_dagster_home()
-    if not os.environ.get("DAGSTER_HOME"):
-        raise ReleaseUsageError("peerify release reads the venues' gate results and lineage from the Dagster home of "
-                                "their build: set DAGSTER_HOME to it (`make demo` uses .dagster_home)")
-    from peerify_dagster.definitions import release_job
+    from peerify_dagster.jobs import release_job
 
     instance = open_home(f"the release {version} (pid {os.getpid()})", capture_step_output=False)
     result = run_job(instance, release_job.name, None,

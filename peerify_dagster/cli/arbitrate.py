@@ -30,7 +30,7 @@ from typing import TextIO
 import polars as pl
 
 from peerify_dagster import paths
-from peerify_dagster.cli_common import guarded, say
+from peerify_dagster.cli.common import guarded, say
 from peerify_dagster.domain import arbitration, audit
 from peerify_dagster.domain.labels import LABELS, NOT_DETERMINED, NOT_SUPPORTED, PARTIALLY_SUPPORTED, SUPPORTED
 from peerify_dagster.domain.venues import RegistryError, Venue, load_registry

@@ -1,9 +1,5 @@
-"""What every `peerify` subcommand module shares: one way to print a message, the exit code of a usage error, and the
-wrapper that turns a command's expected errors into that message and exit code.
-
-Kept out of cli.py on purpose: `python -m peerify_dagster.cli` runs cli.py as `__main__`, so a subcommand module that
-imported `peerify_dagster.cli` would get a second copy of it, whose ConfigError is not the class main() catches.
-"""
+"""What every `peerify` subcommand module shares: one way to print a message and a table, the exit code of a usage
+error, and the wrapper that turns a command's expected errors into that message and exit code. Loads no Dagster."""
 
 from __future__ import annotations
 
@@ -37,3 +33,14 @@ def guarded(*errors: type[Exception]) -> Callable[[Command], Command]:
                 return EXIT_USAGE
         return run
     return wrap
+
+
+def one_line(exc: BaseException) -> str:
+    return "; ".join(line.strip(" -") for line in str(exc).splitlines() if line.strip(" -"))
+
+
+def format_table(columns: list[str], rows: list[tuple], max_width: int = 80) -> str:
+    cells = [[("NULL" if v is None else str(v)).replace("\n", " ")[:max_width] for v in row] for row in rows]
+    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
+    line = lambda values: "  ".join(v.ljust(w) for v, w in zip(values, widths))  # noqa: E731
+    return "\n".join([line(columns), line(["-" * w for w in widths])] + [line(r) for r in cells])

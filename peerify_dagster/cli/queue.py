@@ -14,7 +14,7 @@ from pathlib import Path
 import polars as pl
 
 from peerify_dagster import paths
-from peerify_dagster.cli_common import guarded, say
+from peerify_dagster.cli.common import guarded, say
 from peerify_dagster.domain import arbitration as arb
 from peerify_dagster.resources.decisions import DecisionLedger, LedgerError, current_decisions, new_decision
 from peerify_dagster.resources.files import write_atomic

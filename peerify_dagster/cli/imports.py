@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING
 import polars as pl
 
 from peerify_dagster import paths
-from peerify_dagster.cli_common import EXIT_USAGE, say
+from peerify_dagster.cli.home import open_home
+from peerify_dagster.cli.common import EXIT_USAGE, say
 from peerify_dagster.domain import release_import as ri
 from peerify_dagster.domain.venues import SOURCE_RELEASE, RegistryError, Venue, add_venue, load_registry
 from peerify_dagster.resources.lake import Lake
@@ -74,7 +75,6 @@ def cmd_import_release(args: argparse.Namespace) -> int:
     if refusal := _refusal(registry_path, lake, venue_key, args.replace):
         say(f"not imported: {refusal}")
         return EXIT_REFUSED
-    from peerify_dagster.cli import open_home  # imported here: cli imports this module to register the command
 
     # The Dagster home first: a home that cannot be opened stops the import before anything is written.
     instance = open_home(f"`peerify import-release` (pid {os.getpid()})")

@@ -1,0 +1,5 @@
+import sys
+
+from peerify_dagster.cli import main
+
+sys.exit(main())

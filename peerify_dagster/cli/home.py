@@ -1,0 +1,86 @@
+"""The Dagster home and job runs every `peerify` command that builds shares: one home by default (the project's
+`.dagster_home/`, as `make` uses), checked before Dagster loads, opened with its dead runs recovered, and in-process
+runs of the code location's jobs that show under their job in the UI."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import yaml
+
+from peerify_dagster import paths
+from peerify_dagster.cli.common import ConfigError, one_line, say
+from peerify_dagster.resources.files import remove_stale_temporaries
+from peerify_dagster.resources.lake import Lake
+
+if TYPE_CHECKING:
+    import dagster as dg
+
+# The label the UI filters a job's runs by (`<repository>@<code location>`, workspace.yaml): in-process runs carry no
+# code-location origin, so without it they never show under their job.
+REPOSITORY_LABEL = "__repository__@peerify"
+
+
+def check_dagster_home() -> Path:
+    """The Dagster home, checked: DAGSTER_HOME must exist; the default one is created with the project's dagster.yaml,
+    so a terminal build and `make dev` share one run history instead of an ephemeral instance per command."""
+    home = os.environ.get("DAGSTER_HOME")
+    if not home:
+        default = Path(paths.dagster_home())
+        default.mkdir(parents=True, exist_ok=True)
+        if not (default / "dagster.yaml").exists():
+            shutil.copyfile(paths.REPO_ROOT / "dagster.yaml", default / "dagster.yaml")
+        return default
+    if not Path(home).is_absolute() or not Path(home).is_dir():
+        raise ConfigError(f"DAGSTER_HOME={home!r} must be an existing folder given by its absolute path")
+    settings = Path(home) / "dagster.yaml"
+    try:
+        yaml.safe_load(settings.read_text()) if settings.exists() else None
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f", line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise ConfigError(f"{settings}{where}: not valid YAML: {exc.problem or exc.context}") from None
+    return Path(home)
+
+
+def open_home(holder: str, capture_step_output: bool = True) -> dg.DagsterInstance:
+    """The Dagster instance with its dead runs recovered, and stale temporaries gone from the lake."""
+    from dagster import DagsterError
+
+    from peerify_dagster.resources import runs
+
+    home = check_dagster_home()
+    try:
+        instance, lines = runs.open_instance(home, holder, capture_step_output=capture_step_output, on_wait=lambda other: say(
+            f"waiting for {other} to finish setting up the Dagster home"))
+    except DagsterError as exc:
+        raise ConfigError(f"Dagster home {home}: {one_line(exc)}") from None
+    removed = remove_stale_temporaries(Lake(paths.lake_root()).root)
+    if removed:
+        lines.append(f"removed {len(removed)} temporary file(s) left by killed writers under {paths.lake_root()}")
+    for line in lines:
+        say(f"recover: {line}")
+    return instance
+
+
+def run_job(instance: dg.DagsterInstance, job_name: str, partition_key, run_config: dict | None = None,
+            asset_selection: list | None = None):
+    """One in-process run of a job of the code location (`asset_selection`: only those of its assets) for one
+    partition, reported while it waits for a pool."""
+    from peerify_dagster.definitions import defs
+    from peerify_dagster.resources import runs
+
+    run_id = str(uuid.uuid4())
+    # The process tags let `peerify recover` tell this run dead from alive. No automatic retry: a killed
+    # terminal build is re-run by its user, not relaunched in the background by `dagster dev`'s daemon.
+    tags = {**runs.process_tags(), "dagster/max_retries": "0", ".dagster/repository": REPOSITORY_LABEL}
+    run_config = {**(run_config or {}), "loggers": {"console": {"config": {"log_level": "INFO"}}}}
+    with runs.PoolWaitReporter(instance, run_id, say):
+        return defs.resolve_job_def(job_name).execute_in_process(
+            partition_key=partition_key, instance=instance, run_config=run_config, raise_on_error=False,
+            run_id=run_id, tags=tags, asset_selection=asset_selection,
+        )

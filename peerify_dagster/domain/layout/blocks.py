@@ -1,0 +1,148 @@
+"""Blocks, the logical units of a manuscript, and the assembly that every input format shares.
+
+`assemble_blocks` serves the parsers that already know the element kinds (Docling's HTML/Markdown backends
+and its layout model) as well as the layout rules: it assigns section paths and the
+abstract/reference/appendix/checklist roles the same way for every input format. The appendix starts at an
+appendix heading after the main text, or at a lettered section after the references or after a section that
+closes the main text (Conclusion, Acknowledgments, ...), never mid-paper; the references section never
+counts as appendix; a paper checklist is marked so that chunking can leave it out.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from peerify_dagster.domain.layout.floats import is_caption
+from peerify_dagster.domain.layout.headings import closes_main_text, describe_heading, looks_like_plain_heading
+from peerify_dagster.domain.layout.lines import SENTENCE_END, Vocabulary, join_lines, normalise_whitespace
+
+# Bumped whenever a rule of this package changes the blocks produced, so dependent assets go stale.
+LAYOUT_VERSION = "2"
+
+BLOCK_KINDS = (
+    "title", "authors", "abstract", "heading", "paragraph", "caption", "table", "figure", "reference", "checklist",
+)
+
+
+@dataclass
+class Block:
+    """A logical unit of the manuscript in reading order."""
+
+    kind: str
+    text: str
+    page: int
+    section_path: list[str]
+    in_appendix: bool
+    order: int
+
+
+@dataclass(frozen=True)
+class LayoutElement:
+    """A typed element before section assignment; `level_hint` is a heading level a parser knew."""
+
+    kind: str  # one of BLOCK_KINDS except "reference" / "checklist", which come from the section
+    text: str
+    page: int
+    level_hint: int | None = None
+
+
+# --- Assembly shared by every input format ---------------------------------------------------
+
+
+@dataclass
+class _SectionState:
+    path: list[str] = field(default_factory=list)
+    role: str = "front"
+    in_appendix: bool = False
+    seen_sections: bool = False
+    seen_references: bool = False
+    seen_end_of_main_text: bool = False
+    numbered_depth: int = 0
+    min_level_hint: int | None = None
+
+    def enter(self, text: str, level_hint: int | None) -> None:
+        # Letters number sections only where an appendix may start: after the references, an appendix heading
+        # or a section that closes the main text (Conclusion, Acknowledgments, ...), never mid-paper.
+        info = describe_heading(
+            text, letters_are_numbers=self.seen_references or self.in_appendix or self.seen_end_of_main_text
+        )
+        depth = info.depth
+        if depth is None:
+            if level_hint is not None and self.min_level_hint is not None:
+                depth = level_hint - self.min_level_hint + 1
+            else:
+                # An unnumbered heading inside a numbered section is that section's subsection.
+                depth = self.numbered_depth + 1
+        if info.number is not None:
+            self.numbered_depth = depth
+        elif depth == 1:
+            self.numbered_depth = 0
+        depth = max(1, min(depth, len(self.path) + 1))
+        self.path = self.path[: depth - 1] + [text]
+        # An appendix heading opening the paper (a supplement-only PDF) still marks what follows.
+        if info.starts_appendix and (self.seen_sections or self.seen_references or info.role == "appendix"):
+            self.in_appendix = True
+        if info.role == "references" and depth == 1:
+            # The reference list is not appendix, even after one; a lettered section after it starts one again.
+            self.seen_references, self.in_appendix = True, False
+        if closes_main_text(text):
+            self.seen_end_of_main_text = True
+        if depth == 1:
+            self.role = info.role
+        self.seen_sections = self.seen_sections or info.role == "section"
+
+
+def assemble_blocks(elements: Iterable[LayoutElement]) -> list[Block]:
+    """Assign section paths, appendix flags and abstract/reference/checklist kinds to typed elements."""
+    elements = [element for element in elements if normalise_whitespace(element.text)]
+    state = _SectionState()
+    hints = [element.level_hint for element in elements if element.kind == "heading" and element.level_hint]
+    state.min_level_hint = min(hints) if hints else None
+    blocks: list[Block] = []
+    for element in elements:
+        text = normalise_whitespace(element.text) if element.kind != "table" else element.text.strip()
+        kind = element.kind
+        if kind == "heading":
+            state.enter(text, element.level_hint)
+        elif kind == "paragraph":
+            if is_caption(text):
+                kind = "caption"
+            elif state.role == "references":
+                kind = "reference"
+            elif state.role == "abstract":
+                kind = "abstract"
+            elif state.role == "checklist":
+                kind = "checklist"
+        elif kind in ("table", "figure") and state.role == "checklist":
+            kind = "checklist"
+        blocks.append(Block(kind, text, element.page, list(state.path), state.in_appendix, len(blocks)))
+    return blocks
+
+
+# --- Plain text ------------------------------------------------------------------------------
+
+
+def elements_from_plain_text(text: str) -> list[LayoutElement]:
+    """Blank-line separated paragraphs; one-line numbered or standard-name paragraphs are headings,
+    and a first one-line paragraph that is not a heading is the title."""
+    elements: list[LayoutElement] = []
+    paragraphs = [
+        [line.strip() for line in chunk.split("\n") if line.strip()]
+        for chunk in re.split(r"\n\s*\n", text.replace("\r\n", "\n"))
+    ]
+    vocabulary = Vocabulary.of(line for paragraph in paragraphs for line in paragraph)
+    for paragraph_lines in paragraphs:
+        if not paragraph_lines:
+            continue
+        if looks_like_plain_heading(paragraph_lines):
+            elements.append(LayoutElement("heading", paragraph_lines[0].lstrip("#").strip(), 1))
+        elif not elements and len(paragraph_lines) == 1 and not SENTENCE_END.search(paragraph_lines[0]):
+            elements.append(LayoutElement("title", paragraph_lines[0], 1))
+        else:
+            joined = ""
+            for line in paragraph_lines:
+                joined = join_lines(joined, line, vocabulary)
+            elements.append(LayoutElement("paragraph", joined, 1))
+    return elements

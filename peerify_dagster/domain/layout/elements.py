@@ -1,0 +1,576 @@
+"""Rows to elements: the walk that types each row in reading order, and `recover_blocks`, the whole path.
+
+The cues a reader uses, always several together, never one alone:
+
+* title and author block: the largest lines opening page 1, then the short lines up to the abstract or
+  first section; an unlabelled abstract is the prose between them and that section;
+* headings: a short line at a block start, set bold, larger or in capitals, whose text reads like a title
+  (letters, no formula or number grid), and which is numbered in sequence, is a standard section name, or
+  stands alone with space around it; a line that opens in bold or italic and continues in the regular face
+  is a run-in heading and stays the first words of its paragraph;
+* floats: a paragraph interrupted by a float or a footnote at a column end continues after it;
+* paragraphs: lines join until vertical space, a short line ending a sentence, a first-line indent, a list
+  marker or a run-in heading; the font size is the words' typical height, so a superscript footnote marker
+  never breaks a paragraph; reference entries split at their hanging indents.
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from peerify_dagster.domain.layout.blocks import Block, LayoutElement, assemble_blocks
+from peerify_dagster.domain.layout.floats import CAPTION, caption_kind, in_image, is_caption, is_table_row, table_end
+from peerify_dagster.domain.layout.furniture import FOOTNOTE_MARKER, dominant_font_size, percentile, split_furniture
+from peerify_dagster.domain.layout.headings import (
+    SECTION_NUMBER,
+    is_all_caps,
+    is_capitalised,
+    is_known_section_name,
+    number_in_sequence,
+    reads_like_title,
+    split_number,
+    unglue_heading,
+)
+from peerify_dagster.domain.layout.lines import (
+    MATH,
+    SENTENCE_END,
+    Box,
+    TextLine,
+    Vocabulary,
+    join_lines,
+    normalise_whitespace,
+)
+from peerify_dagster.domain.layout.reading_order import Row, order_page
+from peerify_dagster.domain.layout.references import continues_reference_entry, in_references_after
+
+_RUN_IN_ABSTRACT = re.compile(r"^Abstract\s*[.:\u2014\u2013-]\s*(?=\S)")
+_LIST_MARKER = re.compile(
+    r"^(?:[•●◦▪‣∙·\-–]\s|\(?(?:[a-z]|[ivx]{1,4}|\d{1,2})\)\s|(?:\d{1,2}|[IVX]{1,4}|[A-Za-z])[.)]\s)"
+)
+MATH = re.compile(r"[=<>≤≥∈∉∩∪⊂⊆∑∏∫√∞≈≠±×÷∀∃→←↔⇒|^_{}\\]")
+_FRONT_MATTER_LABEL = re.compile(
+    r"^(?:CCS Concepts|Keywords|Key ?words|Index Terms|Additional Key Words|ACM Reference Format)\b", re.IGNORECASE
+)
+
+
+@dataclass
+class _OpenBlock:
+    """A paragraph or caption still collecting lines."""
+
+    kind: str
+    text: str
+    rows: list[Row]
+    slot: int | None = None  # the element index it fills when a float interrupted it
+    footnote: bool = False
+
+    @property
+    def last_row(self) -> Row:
+        return self.rows[-1]
+
+    @property
+    def right_edge(self) -> float:
+        return max(row.x1 for row in self.rows)
+
+
+@dataclass
+class _Column:
+    """The text edges of one column band of a page, from its body-size rows."""
+
+    left: float
+    right: float
+
+
+class _ElementBuilder:
+    """Walks rows in reading order and emits typed elements."""
+
+    def __init__(
+        self, rows: list[Row], body_size: float, vocabulary: Vocabulary, image_boxes: Mapping[int, Sequence[Box]]
+    ) -> None:
+        self.rows = rows
+        self.body_size = body_size
+        self.vocabulary = vocabulary
+        self.image_boxes = image_boxes
+        self.line_gap = self._typical_line_gap()
+        self.columns = self._column_edges()
+        self.elements: list[LayoutElement] = []
+        self.open: _OpenBlock | None = None
+        # A paragraph that a float or footnote interrupted before its sentence ended, waiting for its next line.
+        self.pending: _OpenBlock | None = None
+        self.seen_heading = False
+        self.in_references = False
+        self._heading_answers: dict[tuple[int, bool, tuple[int, ...] | None], bool] = {}
+        self.last_number: tuple[int, ...] | None = None
+        self.numbered_paper = self._count_numbered_candidates() >= 2
+
+    # Measurements -------------------------------------------------------------------------
+
+    def _typical_line_gap(self) -> float:
+        gaps = [
+            below.y0 - above.y1
+            for above, below in zip(self.rows, self.rows[1:])
+            if (above.page, above.column) == (below.page, below.column)
+            and 0 <= below.y0 - above.y1 <= 2 * above.height
+            and abs(above.font_size - self.body_size) < 0.1 * self.body_size
+        ]
+        return statistics.median(gaps) if gaps else 0.4 * self.body_size
+
+    def _column_edges(self) -> dict[tuple[int, int], _Column]:
+        groups: dict[tuple[int, int], list[Row]] = defaultdict(list)
+        for row in self.rows:
+            groups[(row.page, row.column)].append(row)
+        edges = {}
+        for key, rows in groups.items():
+            body = [row for row in rows if abs(row.font_size - self.body_size) < 0.15 * self.body_size] or rows
+            widest = max(row.x1 - row.x0 for row in body)
+            wide = [row for row in body if row.x1 - row.x0 >= 0.6 * widest] or body
+            edges[key] = _Column(
+                percentile([row.x0 for row in wide], 0.05), percentile([row.x1 for row in wide], 0.8)
+            )
+        return edges
+
+    def _column(self, row: Row) -> _Column:
+        return self.columns[(row.page, row.column)]
+
+    def _count_numbered_candidates(self) -> int:
+        return sum(
+            1 for row in self.rows
+            if (row.bold or row.font_size >= 1.1 * self.body_size)
+            and re.match(r"^\d{1,2}(?:\.\d{1,2})*\.?\s+[A-Z]", row.text) and len(row.text.split()) <= 12
+        )
+
+    def _gap_above(self, index: int) -> float | None:
+        """Vertical space above the row; None when it opens its column (nothing above it in reading order)."""
+        row = self.rows[index]
+        if index == 0:
+            return None
+        above = self.rows[index - 1]
+        if (above.page, above.column) != (row.page, row.column) or above.y1 > row.y0 + 1:
+            return None
+        return row.y0 - above.y1
+
+    def _spaced_above(self, index: int) -> bool:
+        gap = self._gap_above(index)
+        return gap is None or gap > self.line_gap + 0.35 * self.body_size
+
+    def _spaced_below(self, index: int) -> bool:
+        if index + 1 >= len(self.rows):
+            return True
+        gap = self._gap_above(index + 1)
+        return gap is None or gap > self.line_gap + 0.2 * self.body_size
+
+    # Row classification -----------------------------------------------------------------
+
+    def _is_styled(self, row: Row) -> bool:
+        return row.bold or row.font_size >= self.body_size * 1.1
+
+    def _heading_at(self, index: int) -> bool:
+        # Asked several times per row (floats look ahead for headings); the answer depends only on the row,
+        # on whether the references have started and on the last section number.
+        key = (index, self.in_references, self.last_number)
+        if key not in self._heading_answers:
+            self._heading_answers[key] = self._is_heading(index)
+        return self._heading_answers[key]
+
+    def _is_heading(self, index: int) -> bool:
+        row = self.rows[index]
+        if row.lead_emphasis or len(row.text) > 150 or len(row.text.split()) > 16 or is_caption(row.text):
+            return False
+        if row.font_size < 0.93 * self.body_size:
+            return False  # headings are never set smaller than the body text
+        text = unglue_heading(row.text, self.vocabulary)
+        words = text.split()
+        number, title = split_number(text)
+        numbered_split = len(row.cells) == 2 and re.fullmatch(r"(?:\d{1,2}|[A-Z])(?:\.\d{1,2})*\.?", row.cells[0])
+        if len(row.cells) > 1 and not numbered_split:
+            return False
+        if not reads_like_title(title):
+            return False
+        known = is_known_section_name(title) or is_known_section_name(text)
+        spaced = self._spaced_above(index)
+        styled = self._is_styled(row) or is_all_caps(title) or (row.italic and number is not None)
+        if self.in_references and not known:
+            # Entries of a reference list are never headings; an appendix after them is styled and numbered.
+            return styled and spaced and number is not None and is_capitalised(title)
+        if known:
+            return styled or spaced or number is not None
+        if not is_capitalised(title) or (text.endswith(".") and number is None) or not spaced:
+            return False
+        if number is not None:
+            return (styled or (is_all_caps(title) and len(words) <= 10)) and number_in_sequence(number, self.last_number, self.in_references)
+        # An unnumbered heading must stand out on every count: style, space around it, a short title.
+        display = (row.bold and row.font_size >= 1.02 * self.body_size) or row.font_size >= 1.15 * self.body_size
+        return (
+            len(words) <= 10 and not SENTENCE_END.search(text) and self._spaced_below(index)
+            and (display if self.numbered_paper else self._is_styled(row))
+            and not is_table_row(self.rows[index + 1] if index + 1 < len(self.rows) else row)
+        )
+
+    def _register_heading(self, text: str) -> None:
+        number, _ = split_number(text)
+        if number and number[0].isdigit():
+            self.last_number = tuple(int(part) for part in number.split("."))
+        self.in_references = in_references_after(text, self.in_references)
+        self.seen_heading = True
+
+    def _opens_prose(self, index: int) -> bool:
+        """Two full lines of running text in one column: the start of the body, not an author or address line."""
+        pair = self.rows[index:index + 2]
+        if len(pair) < 2 or (pair[0].page, pair[0].column) != (pair[1].page, pair[1].column):
+            return False
+        column = self._column(pair[0])
+        for row in pair:
+            words = re.findall(r"[^\W\d_]+", row.text)
+            if row.x1 - row.x0 < 0.8 * (column.right - column.left) or len(words) < 6:
+                return False
+            if sum(word.islower() for word in words) < 0.5 * len(words):
+                return False
+        return True
+
+    # Floats -------------------------------------------------------------------------------
+
+    def _float_at(self, start: int) -> tuple[str, int]:
+        """A float starting at `start`: ("figure", end) for text inside an image, or a run of non-prose rows
+        that a "Figure" caption directly follows or precedes; ("table", end) likewise next to a "Table"
+        caption, or for a grid of cells or numbers; ("", start) otherwise."""
+        end = start
+        while end < len(self.rows) and in_image(self.rows[end], self.image_boxes):
+            end += 1
+        if end > start:
+            return "figure", end
+        grid_end = table_end(self.rows, start)
+        row = self.rows[start]
+        # A float starts a block: a paragraph's own next line (same column, ordinary spacing) is not one.
+        if self.open is not None and self.open.kind != "caption" and not self._spaced_above(start) \
+                and (self.open.last_row.page, self.open.last_row.column) == (row.page, row.column):
+            return ("table", grid_end) if grid_end > start else ("", start)
+        while end < len(self.rows) and self._is_float_row(self.rows[end], row) and not self._heading_at(end):
+            end += 1
+        end = max(end, grid_end)
+        if end == start:
+            return "", start
+        # A caption set above claims the float below it (tables usually); otherwise the caption below does.
+        if self.open is not None and self.open.kind == "caption" \
+                and (self.open.last_row.page, self.open.last_row.column) == (row.page, row.column):
+            return caption_kind(self.open.text), end
+        if end < len(self.rows) and self._starts_caption(end) and self.rows[end].page == row.page:
+            return caption_kind(self.rows[end].text), end
+        return ("table", grid_end) if grid_end > start else ("", start)
+
+    def _is_float_row(self, row: Row, first: Row) -> bool:
+        """Rows of a figure or table: not a caption, not a heading, not prose, on the float's page and column."""
+        if (row.page, row.column) != (first.page, first.column) or is_caption(row.text):
+            return False
+        column = self._column(row)
+        prose = (
+            abs(row.font_size - self.body_size) <= 0.15 * self.body_size
+            and row.x1 - row.x0 >= 0.75 * (column.right - column.left)
+            and len(row.text.split()) >= 6 and not is_table_row(row)
+        )
+        return not prose
+
+    def _is_footnote_start(self, index: int) -> bool:
+        row = self.rows[index]
+        if row.font_size >= 0.93 * self.body_size or not FOOTNOTE_MARKER.match(row.text):
+            return False
+        # Footnotes sit at the foot of a column: only footnote-size rows follow in this column.
+        for below in self.rows[index + 1:]:
+            if (below.page, below.column) != (row.page, row.column):
+                return True
+            if below.font_size >= 0.93 * self.body_size:
+                return False
+        return True
+
+    # Paragraphs ---------------------------------------------------------------------------
+
+    @staticmethod
+    def _line_ended_early(block: _OpenBlock, row: Row, column_right: float) -> bool:
+        """True when the line broke early: the next line's first word had room on it."""
+        previous = block.last_row
+        right = max(block.right_edge, column_right, row.x1)
+        char_width = (previous.x1 - previous.x0) / max(len(previous.text), 1)
+        first_word = row.text.split(" ", 1)[0]
+        # Generous margin: character widths vary and ragged-right lines stop short of the edge.
+        return right - previous.x1 > 1.5 * (len(first_word) + 1) * char_width
+
+    def _starts_paragraph(self, row: Row, ends_sentence: bool) -> bool:
+        """First-line cues: an indent, a list marker or a run-in heading after a finished sentence."""
+        if not ends_sentence:
+            return False
+        column = self._column(row)
+        indent = row.x0 - column.left
+        if 0.6 * self.body_size <= indent <= 4 * self.body_size:
+            return True
+        if row.lead_emphasis or _LIST_MARKER.match(row.text):
+            return True
+        return False
+
+    def _continues_paragraph(self, block: _OpenBlock, row: Row) -> bool:
+        previous = block.last_row
+        if abs(row.font_size - previous.font_size) > 0.1 * max(previous.font_size, row.font_size):
+            return False
+        same_column = (row.page, row.column) == (previous.page, previous.column)
+        if block.footnote and not same_column:
+            return False
+        gap = row.y0 - previous.y1
+        if same_column and (gap < -0.5 * previous.height
+                            or gap > self.line_gap + 0.5 * max(previous.height, self.body_size)):
+            return False
+        ends_sentence = bool(SENTENCE_END.search(block.text))
+        indent = row.x0 - self._column(row).left
+        if self.in_references:
+            # Reference lists hang: an entry's further lines are indented, a new entry starts at the margin.
+            entry = continues_reference_entry(row.text, indent, self.body_size, ends_sentence)
+            if entry is not None:
+                return entry
+        is_short = self._line_ended_early(block, row, self._column(previous).right)
+        if not same_column:
+            # A paragraph ends on a short line; a full last line runs on in the next column or page.
+            return (not ends_sentence or not is_short) and not self._starts_paragraph(row, ends_sentence) \
+                and not _LIST_MARKER.match(row.text)
+        if ends_sentence and is_short or self._is_display(row) or self._is_display(previous):
+            return False
+        return not self._starts_paragraph(row, ends_sentence)
+
+    def _is_display(self, row: Row) -> bool:
+        """A line set centred on its own, such as a display equation: a block of its own."""
+        column = self._column(row)
+        left, right = row.x0 - column.left, column.right - row.x1
+        centred = min(left, right) > 1.5 * self.body_size and abs(left - right) < 0.35 * max(left, right)
+        narrow = row.x1 - row.x0 < 0.7 * (column.right - column.left)
+        return centred and narrow and (bool(MATH.search(row.text)) or len(row.text.split()) <= 6)
+
+    def _resumes_pending(self, row: Row) -> bool:
+        pending = self.pending
+        if pending is None or (self.open is not None and self.open.kind != "caption" and not self.open.footnote):
+            return False
+        if abs(row.font_size - pending.last_row.font_size) > 0.15 * pending.last_row.font_size:
+            return False
+        if _LIST_MARKER.match(row.text) or row.lead_emphasis:
+            return False
+        # The continuation starts at the column's left edge (no indent) and in lower case or mid-sentence.
+        return row.x0 - self._column(row).left < 0.6 * self.body_size
+
+    # Emission -----------------------------------------------------------------------------
+
+    def _emit(self, kind: str, text: str, page: int) -> None:
+        self.elements.append(LayoutElement(kind, text, page))
+
+    def _close(self) -> None:
+        if self.open is None:
+            return
+        block, self.open = self.open, None
+        element = LayoutElement(block.kind, block.text, block.rows[0].page)
+        if block.slot is None:
+            self.elements.append(element)
+        else:
+            self.elements[block.slot] = element
+
+    def _interrupt(self) -> None:
+        """A float or footnote starts: a paragraph whose sentence runs on past it waits, holding its place."""
+        block = self.open
+        if block is None or block.kind not in ("paragraph", "abstract") or block.footnote \
+                or SENTENCE_END.search(block.text):
+            self._close()
+            return
+        self._flush_pending()
+        self.open = None
+        if block.slot is None:
+            block.slot = len(self.elements)
+            self.elements.append(LayoutElement(block.kind, "", block.rows[0].page))
+        self.pending = block
+
+    def _flush_pending(self) -> None:
+        if self.pending is not None:
+            self.open, self.pending = self.pending, None
+            self._close()
+
+    def _append(self, block: _OpenBlock, row: Row) -> None:
+        block.text = join_lines(block.text, row.text, self.vocabulary)
+        block.rows.append(row)
+
+    def _continues_heading(self, heading: Row, row: Row) -> bool:
+        return (
+            (heading.page, heading.column) == (row.page, row.column)
+            and row.bold == heading.bold
+            and abs(row.font_size - heading.font_size) < 0.06 * heading.font_size
+            and len(row.cells) == 1
+            and not row.lead_emphasis
+            and 0 <= row.y0 - heading.y1 <= 0.8 * heading.height
+            and not SECTION_NUMBER.match(row.text)
+            and not is_known_section_name(row.text)
+            and not is_caption(row.text)
+            and reads_like_title(row.text)
+        )
+
+    def _emit_heading(self, index: int) -> int:
+        first = self.rows[index]
+        text, last = unglue_heading(first.text, self.vocabulary), first
+        index += 1
+        while index < len(self.rows) and self._continues_heading(last, self.rows[index]):
+            text, last = f"{text} {unglue_heading(self.rows[index].text, self.vocabulary)}", self.rows[index]
+            index += 1
+        self._emit("heading", text, first.page)
+        self._register_heading(text)
+        return index
+
+    def _continues_caption(self, caption: _OpenBlock, row: Row) -> bool:
+        previous = caption.last_row
+        if (row.page, row.column) != (previous.page, previous.column) or is_caption(row.text):
+            return False
+        if abs(row.font_size - previous.font_size) > 0.15 * previous.font_size:
+            return False
+        gap = row.y0 - previous.y1
+        if gap < -0.5 * previous.height or gap > self.line_gap + 0.5 * previous.height:
+            return False
+        ends_sentence = bool(SENTENCE_END.search(caption.text))
+        return not (ends_sentence and self._line_ended_early(caption, row, self._column(previous).right))
+
+    def _starts_caption(self, index: int) -> bool:
+        row = self.rows[index]
+        match = CAPTION.match(row.text)
+        if not match:
+            return False
+        if match["mark"] != ".":
+            return True
+        # "Table 2. Results ..." opens a caption when its label is set apart (bold, italic, smaller type) or it
+        # starts after space with no sentence waiting; "... as shown in / Table 2. The ..." mid-paragraph does not.
+        if row.lead_emphasis or row.bold or row.italic or row.font_size < 0.95 * self.body_size:
+            return True
+        waiting = [block for block in (self.open, self.pending) if block is not None and block.kind != "caption"]
+        return self._spaced_above(index) and not any(not SENTENCE_END.search(block.text) for block in waiting)
+
+    # The walk -----------------------------------------------------------------------------
+
+    def _front_matter(self) -> int:
+        """Emit the title and author block opening page 1; returns the index of the first other row.
+
+        The title is the largest type among the first rows of page 1; a few smaller lines above it (a
+        venue notice that is not repeated on other pages) join the author block as front matter.
+        """
+        if not self.rows:
+            return 0
+        first_page = self.rows[0].page
+        largest = max(row.font_size for row in self.rows if row.page == first_page)
+        if largest < 1.25 * self.body_size:
+            return 0
+        start = next((index for index, row in enumerate(self.rows[:4])
+                      if row.page == first_page and row.font_size >= 0.97 * largest), None)
+        if start is None:
+            return 0
+        first = self.rows[start]
+        if is_known_section_name(first.text) or SECTION_NUMBER.match(first.text) or not reads_like_title(first.text):
+            return 0
+        index, title, last = start + 1, first.text, first
+        while index < len(self.rows) and self.rows[index].page == first_page \
+                and self.rows[index].font_size >= 0.97 * largest \
+                and 0 <= self.rows[index].y0 - last.y1 <= 1.5 * last.height:
+            title, last = f"{title} {self.rows[index].text}", self.rows[index]
+            index += 1
+        self._emit("title", title, first.page)
+        front = [row.text for row in self.rows[:start]]
+        while index < len(self.rows) and self.rows[index].page == first_page and len(front) < 30:
+            row = self.rows[index]
+            if _RUN_IN_ABSTRACT.match(row.text) or is_caption(row.text) or self._opens_prose(index) \
+                    or _FRONT_MATTER_LABEL.match(row.text) or self._heading_at(index):
+                break
+            front.append(row.text)
+            index += 1
+        if front:
+            self._emit("authors", "\n".join(front), first.page)
+        return index
+
+    def build(self) -> list[LayoutElement]:
+        index = self._front_matter()
+        # Prose between the author block and the first heading is an abstract that carries no heading.
+        in_front = bool(self.elements)
+        while index < len(self.rows):
+            row = self.rows[index]
+            if self.open is not None and self.open.kind == "caption" and self._continues_caption(self.open, row):
+                self._append(self.open, row)
+                index += 1
+                continue
+            float_kind, float_end = self._float_at(index)
+            if float_kind:
+                self._interrupt()
+                float_rows = self.rows[index:float_end]
+                if float_kind == "table":
+                    self._emit("table", "\n".join(" | ".join(r.cells) for r in float_rows), row.page)
+                else:
+                    self._emit("figure", "\n".join(r.text for r in float_rows), row.page)
+                index = float_end
+                continue
+            run_in = _RUN_IN_ABSTRACT.match(row.text)
+            if run_in and not self.seen_heading:
+                self._close()
+                self._flush_pending()
+                self._emit("heading", "Abstract", row.page)
+                self.seen_heading, in_front = True, False
+                self.open = _OpenBlock("paragraph", row.text[run_in.end():], [row])
+                index += 1
+                continue
+            if self._heading_at(index):
+                self._close()
+                self._flush_pending()
+                index = self._emit_heading(index)
+                in_front = False
+                continue
+            if self._starts_caption(index):
+                self._interrupt()
+                self.open = _OpenBlock("caption", row.text, [row])
+            elif self.open is not None and self.open.kind != "caption" and self._continues_paragraph(self.open, row):
+                self._append(self.open, row)
+            elif self.pending is not None and self._resumes_pending(row):
+                self._close()
+                self.open, self.pending = self.pending, None
+                self._append(self.open, row)
+            else:
+                footnote = self._is_footnote_start(index)
+                if footnote:
+                    self._interrupt()
+                else:
+                    self._close()
+                    self._flush_pending()
+                unlabelled_abstract = in_front and not footnote and not _FRONT_MATTER_LABEL.match(row.text)
+                kind = "abstract" if unlabelled_abstract else "paragraph"
+                self.open = _OpenBlock(kind, row.text, [row], footnote=footnote)
+            index += 1
+        self._close()
+        self._flush_pending()
+        return [element for element in self.elements if element.text]
+
+
+def recover_blocks(
+    lines: Sequence[TextLine],
+    page_sizes: Mapping[int, tuple[float, float]] | None = None,
+    image_boxes: Mapping[int, Sequence[Box]] | None = None,
+) -> list[Block]:
+    """Turn positioned text lines into blocks in reading order with section paths.
+
+    `page_sizes` maps page number to (width, height) in points; when missing, each page's extent
+    is taken from its lines. `image_boxes` are the raster images per page, whose text is figure text.
+    """
+    lines = [line for line in lines if normalise_whitespace(line.text)]
+    if not lines:
+        return []
+    sizes = dict(page_sizes or {})
+    extents: dict[int, list[TextLine]] = defaultdict(list)
+    for line in lines:
+        extents[line.page].append(line)
+    for page, page_lines in extents.items():
+        sizes.setdefault(page, (max(line.x1 for line in page_lines), max(line.y1 for line in page_lines)))
+    kept, _ = split_furniture(lines, sizes)
+    body_size = dominant_font_size(kept)
+    by_page: dict[int, list[TextLine]] = defaultdict(list)
+    for line in kept:
+        by_page[line.page].append(line)
+    rows = [row for page in sorted(by_page) for row in order_page(by_page[page], page, sizes[page][0])]
+    # Running text only: a heading's glued words must not vouch for themselves.
+    vocabulary = Vocabulary.of(
+        line.text for line in kept
+        if (line.lead_emphasis or not line.bold) and line.font_size <= body_size * 1.25
+    )
+    return assemble_blocks(_ElementBuilder(rows, body_size, vocabulary, image_boxes or {}).build())
