@@ -12,7 +12,7 @@ import polars as pl
 from peerify_dagster.domain import claims as rules
 from peerify_dagster.domain.claims import Candidate, ReviewSection
 from peerify_dagster.domain.forum_tables import REVIEW_TEXT_FIELDS, SCORE_FIELDS
-from peerify_dagster.domain.layout import Block
+from peerify_dagster.domain.layout.blocks import Block
 from peerify_dagster.domain.paper_claims import (
     CLAIM_UNUSABLE,
     DUPLICATE_CLAIM,

@@ -8,7 +8,7 @@ import polars as pl
 
 from peerify_dagster.domain.chunking import RUNAWAY_FACTOR, Chunk, ChunkingConfig, chunk_document, estimate_tokens
 from peerify_dagster.domain.chunking import chunk_stats as compute_chunk_stats
-from peerify_dagster.domain.layout import LAYOUT_VERSION, Block
+from peerify_dagster.domain.layout.blocks import LAYOUT_VERSION, Block
 from peerify_dagster.partitions import venue_partitions
 from peerify_dagster.resources.dagster_resources import DocumentParserResource, LakeResource, VenueRegistryResource
 from peerify_dagster.resources.document_parser import ManuscriptParseError

@@ -46,11 +46,9 @@ from peerify_dagster.domain.chunking import (  # noqa: E402
     chunk_stats,
     estimate_tokens,
 )
-from peerify_dagster.domain.layout import (  # noqa: E402
-    clean_line_text,
-    describe_heading,
-    split_furniture,
-)
+from peerify_dagster.domain.layout.furniture import split_furniture  # noqa: E402
+from peerify_dagster.domain.layout.headings import describe_heading  # noqa: E402
+from peerify_dagster.domain.layout.lines import clean_line_text  # noqa: E402
 from peerify_dagster.resources.document_parser import DocumentParser, ManuscriptParseError  # noqa: E402
 
 DEFAULT_PDFS = REPO_ROOT.parent / "shared" / "real-data" / "pdfs"

@@ -16,7 +16,7 @@ from peerify_dagster.domain.chunking import (
     estimate_tokens,
     split_sentences,
 )
-from peerify_dagster.domain.layout import Block
+from peerify_dagster.domain.layout.blocks import Block
 from peerify_dagster.resources.document_parser import DocumentParser
 from tests import fixtures_pdf
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from peerify_dagster.domain import paper_claims as p
-from peerify_dagster.domain.layout import Block
+from peerify_dagster.domain.layout.blocks import Block
 
 FILLER = ("The approach is evaluated with care on several benchmarks and the numbers are reported with their "
           "standard deviations over five seeds so that the differences can be judged.")

@@ -19,7 +19,9 @@ import pytest
 from pypdf import PdfReader, PdfWriter
 
 from peerify_dagster.domain.chunking import ChunkingConfig, chunk_document
-from peerify_dagster.domain.layout import Block, LayoutElement, Vocabulary, assemble_blocks, join_lines, unglue_heading
+from peerify_dagster.domain.layout.blocks import Block, LayoutElement, assemble_blocks
+from peerify_dagster.domain.layout.headings import unglue_heading
+from peerify_dagster.domain.layout.lines import Vocabulary, join_lines
 from peerify_dagster.resources.document_parser import DocumentParser, ManuscriptParseError, ParsedDocument
 from tests import fixtures_pdf as fx
 

@@ -29,7 +29,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from peerify_dagster.domain.layout import Block
+from peerify_dagster.domain.layout.blocks import Block
 from peerify_dagster.domain.options import checked_options
 
 CHUNK_KINDS = ("paragraph", "caption", "table", "figure", "appendix", "reference", "abstract", "checklist")

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 
 from peerify_dagster.domain.chunking import split_sentences
 from peerify_dagster.domain.claims import claim_key, drop_rule
-from peerify_dagster.domain.layout import Block
+from peerify_dagster.domain.layout.blocks import Block
 
 # Why a drawn paper or paragraph yields no PaperSourced claim (one `paper_claims_dropped` row each); a written claim
 # or rephrasing that breaks a review-claim rule is dropped as `claim_<rule>` / `rephrasing_<rule>`.

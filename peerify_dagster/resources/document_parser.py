@@ -42,17 +42,19 @@ from io import BytesIO
 from pathlib import Path
 from typing import Any, Literal
 
-from peerify_dagster.domain.layout import (
+from peerify_dagster.domain.layout.blocks import (
     LAYOUT_VERSION,
     Block,
     LayoutElement,
-    TextLine,
     assemble_blocks,
-    clean_line_text,
     elements_from_plain_text,
+)
+from peerify_dagster.domain.layout.elements import recover_blocks
+from peerify_dagster.domain.layout.lines import (
+    TextLine,
+    clean_line_text,
     is_bold_font,
     is_italic_font,
-    recover_blocks,
     unreadable_share,
 )
 

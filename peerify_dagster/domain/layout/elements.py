@@ -51,7 +51,6 @@ _RUN_IN_ABSTRACT = re.compile(r"^Abstract\s*[.:\u2014\u2013-]\s*(?=\S)")
 _LIST_MARKER = re.compile(
     r"^(?:[•●◦▪‣∙·\-–]\s|\(?(?:[a-z]|[ivx]{1,4}|\d{1,2})\)\s|(?:\d{1,2}|[IVX]{1,4}|[A-Za-z])[.)]\s)"
 )
-MATH = re.compile(r"[=<>≤≥∈∉∩∪⊂⊆∑∏∫√∞≈≠±×÷∀∃→←↔⇒|^_{}\\]")
 _FRONT_MATTER_LABEL = re.compile(
     r"^(?:CCS Concepts|Keywords|Key ?words|Index Terms|Additional Key Words|ACM Reference Format)\b", re.IGNORECASE
 )
@@ -200,7 +199,8 @@ class _ElementBuilder:
         if not is_capitalised(title) or (text.endswith(".") and number is None) or not spaced:
             return False
         if number is not None:
-            return (styled or (is_all_caps(title) and len(words) <= 10)) and number_in_sequence(number, self.last_number, self.in_references)
+            return (styled or (is_all_caps(title) and len(words) <= 10)) \
+                and number_in_sequence(number, self.last_number, self.in_references)
         # An unnumbered heading must stand out on every count: style, space around it, a short title.
         display = (row.bold and row.font_size >= 1.02 * self.body_size) or row.font_size >= 1.15 * self.body_size
         return (
