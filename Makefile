@@ -37,5 +37,8 @@ dev: install $(DAGSTER_HOME)/dagster.yaml
 validate: install
 	$(VENV)/bin/dagster definitions validate -w workspace.yaml
 
-clean-lake:
-	find data_lake -mindepth 1 ! -name .gitkeep -delete
+## clean-lake: remove what a build makes again from the lake; human decisions, releases, the LLM call ledger and
+## crawl snapshots stay unless named: `make clean-lake ALSO=decisions,releases,ledger,snapshots` (any of them)
+comma := ,
+clean-lake: install
+	$(VENV)/bin/peerify clean-lake $(addprefix --also-,$(subst $(comma), ,$(ALSO)))

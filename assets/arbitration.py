@@ -9,7 +9,16 @@ from peerify_dagster.domain import arbitration as arb
 from peerify_dagster.domain.columns import column_description
 from peerify_dagster.partitions import venue_partitions
 from peerify_dagster.resources.dagster_resources import LakeResource, VenueRegistryResource
-from peerify_dagster.resources.decisions import DecisionLedger, current_decisions
+from peerify_dagster.resources.decisions import (
+    LEDGER_KINDS,
+    ORPHANED_COLUMNS,
+    ORPHANED_TABLE,
+    DecisionLedger,
+    current_decisions,
+    orphaned_decision_rows,
+)
+from peerify_dagster.resources.expectations import MAX_FAILING_IDS
+from peerify_dagster.resources.llm_gateway import CallLedger
 
 _TEXT = pl.String
 QUEUE_SCHEMA = {
@@ -19,6 +28,8 @@ QUEUE_SCHEMA = {
 KEY_SCHEMA = {name: _TEXT for name in arb.KEY_COLUMNS}
 CANONICAL_SCHEMA = {name: _TEXT for name in arb.CANONICAL_COLUMNS}
 KEY_TABLE = "arbitration_key"
+ORPHANED_SCHEMA = {name: _TEXT for name in ORPHANED_COLUMNS}
+ORPHANED_CHECK = "every_decision_has_its_claim"
 
 
 @dg.multi_asset(
@@ -27,10 +38,11 @@ KEY_TABLE = "arbitration_key"
     can_subset=False,  # the key is the queue's: they are always built together
     outs={
         "arbitration_queue": dg.AssetOut(
-            kinds={"python", "parquet"}, code_version="arbitration-queue-v1",
+            kinds={"python", "parquet"}, code_version="arbitration-queue-v2",
             description="Every (claim, source) where labellers a and b disagree or either failed to parse, with the "
                         "claim, the source material the labellers saw and the two answers as candidate_1 / "
-                        "candidate_2 in a seeded per-record order; `queue_version` names the queue's content. Which "
+                        "candidate_2 in a seeded per-record order (an answer that did not parse with the model's raw "
+                        "answer from the llm_calls ledger); `queue_version` names the queue's content. Which "
                         "labeller is which is only in arbitration_key.",
         ),
         KEY_TABLE: dg.AssetOut(
@@ -44,10 +56,15 @@ KEY_TABLE = "arbitration_key"
 def arbitration_queue(context: dg.AssetExecutionContext, claim_labels: pl.DataFrame, claim_types: pl.DataFrame,
                       review_claims: pl.DataFrame, venue_registry: VenueRegistryResource, lake: LakeResource):
     venue = context.partition_key
+    ledger = CallLedger(lake.lake().root)
+    raw_answers = {call_id: row["raw_response"] for call_id in arb.unparsed_call_ids(claim_labels.iter_rows(named=True))
+                   if (row := ledger.lookup(call_id)) is not None and row["raw_response"]}
+    for segment in ledger.quarantined:
+        context.log.warning(segment.describe())
     queue = arb.build_queue(
         venue, venue_registry.venue(venue).seed, claim_labels.iter_rows(named=True),
         dict(zip(review_claims["claim_id"], review_claims["claim_text"])),
-        dict(zip(claim_types["claim_id"], claim_types["claim_type"])),
+        dict(zip(claim_types["claim_id"], claim_types["claim_type"])), raw_answers,
     )
     frame = pl.DataFrame(queue.rows, schema=QUEUE_SCHEMA)
     version = queue.key[0]["queue_version"] if queue.key else arb.queue_version([])
@@ -104,3 +121,39 @@ def canonical_labels(context: dg.AssetExecutionContext, claim_labels: pl.DataFra
         "decisions_not_applied": dg.MetadataValue.json(not_applied),
     })
     return pl.DataFrame(result.rows, schema=CANONICAL_SCHEMA)
+
+
+@dg.asset(partitions_def=venue_partitions, group_name="arbitration", kinds={"python", "parquet"},
+          code_version="orphaned-decisions-v1",
+          check_specs=[dg.AssetCheckSpec(ORPHANED_CHECK, asset=ORPHANED_TABLE,
+                                         description="every applicable human decision (arbitration, audit, consensus) "
+                                                     "is on a claim that is among the venue's review claims")])
+def orphaned_decisions(context: dg.AssetExecutionContext, review_claims: pl.DataFrame, lake: LakeResource):
+    """The human decisions that no longer apply because their claim changed: a claim id hashes the review id and the
+    claim's normalised text, so a claim extracted again with the same text (another prompt version or model) keeps
+    its id and its decisions, while one whose text changed gets a new id. Every current decision of the venue's
+    ledgers (arbitration, audit, consensus) whose claim id is none of `review_claims` is listed with who made it,
+    when and why it no longer applies; the ledgers are read when this runs and never changed. The WARN check fails
+    while any is listed; `peerify build` prints how many."""
+    venue, root = context.partition_key, lake.lake().root
+    decisions = []
+    for kind in LEDGER_KINDS:
+        ledger = DecisionLedger(root, venue, kind)
+        contents = ledger.read()
+        for problem in contents.problems:
+            context.log.warning(f"{ledger.path} line {problem.line_number}: {problem.reason}")
+        decisions += contents.decisions
+    frame = pl.DataFrame(orphaned_decision_rows(venue, decisions, review_claims["claim_id"]), schema=ORPHANED_SCHEMA)
+    for row in frame.iter_rows(named=True):
+        context.log.warning(f"{row['kind']} decision {row['decision_id']} ({row['annotator']}, {row['decided_at']}) "
+                            f"no longer applies: {row['reason']}")
+    yield dg.Output(frame, metadata={
+        "orphaned": frame.height,
+        "by_kind": dg.MetadataValue.json(dict(frame.group_by("kind").len().sort("kind").iter_rows())),
+    })
+    yield dg.AssetCheckResult(
+        check_name=ORPHANED_CHECK, passed=frame.is_empty(), severity=dg.AssetCheckSeverity.WARN,
+        description=None if frame.is_empty() else f"{frame.height} human decision(s) no longer apply (their claims "
+                                                  "changed): see the orphaned_decisions table",
+        metadata={"failing_ids": dg.MetadataValue.json(frame["decision_id"].to_list()[:MAX_FAILING_IDS]),
+                  "failing_count": frame.height})

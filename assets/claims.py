@@ -3,8 +3,7 @@ rules, typed factual / subjective, and PaperSourced claims written from manuscri
 chunks. Every model call goes through the LLM gateway and its `llm_calls` ledger."""
 
 from collections import defaultdict
-from collections.abc import Callable, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 
 import dagster as dg
 import polars as pl
@@ -36,7 +35,7 @@ from peerify_dagster.resources.dagster_resources import (
     VenueRegistryResource,
 )
 from peerify_dagster.resources.expectations import Expect, gate
-from peerify_dagster.resources.llm_recording import install_recording
+from peerify_dagster.resources.llm_steps import progress_logger, usage_metadata, venue_gateway
 
 EXTRACT_PROMPT = "extract_claims"
 TAG_PROMPT = "tag_fact"
@@ -72,34 +71,6 @@ PAPER_CLAIM_SCHEMA = {
 PAPER_CLAIM_GAP_SCHEMA = {
     "venue": _TEXT, "paper_id": _TEXT, "paragraph_order": pl.Int64, "reason": _TEXT, "detail": _TEXT, "call_id": _TEXT,
 }
-
-
-@contextmanager
-def venue_gateway(context: dg.AssetExecutionContext, llm: LLMGatewayResource, lake: LakeResource,
-                  venue_registry: VenueRegistryResource):
-    """The gateway for this venue's calls, with the venue's recorded calls (if it ships any) in the ledger first.
-    The claim assets come before every other LLM step of the graph, so the recording serves those too."""
-    venue = venue_registry.venue(context.partition_key)
-    if venue.llm_recording:
-        installed = install_recording(lake.lake().root, venue_registry.registry_file().parent / venue.llm_recording)
-        if installed:
-            context.log.info(f"recorded LLM calls of {venue.key} installed in the ledger: {installed.name}")
-    with llm.gateway(lake.lake(), run_id=context.run_id) as gateway:
-        yield gateway
-
-
-def progress_logger(context: dg.AssetExecutionContext, what: str) -> Callable:
-    def report(done: int, total: int, _result) -> None:
-        if done == total or done % 20 == 0:
-            context.log.info(f"{what}: {done}/{total}")
-    return report
-
-
-def usage_metadata(gateway) -> dict:
-    usage = gateway.usage()["by_model"]
-    return {"calls_made": sum(u["calls"] for u in usage.values()),
-            "cache_hits": sum(u["cache_hits"] for u in usage.values()),
-            "usage_by_model": dg.MetadataValue.json(usage)}
 
 
 class _Unit:
@@ -310,7 +281,8 @@ def _single_claim(result) -> str | None:
         ),
     },
     check_specs=[dg.AssetCheckSpec("gold_chunks_exist", asset="paper_claims", blocking=True,
-                                   description="every gold chunk id of every PaperSourced claim is in `chunks`")],
+                                   description="Every PaperSourced claim's gold passage exists in `chunks`: "
+                                               "otherwise its retrieval can never be scored a hit.")],
 )
 def paper_claims(context: dg.AssetExecutionContext, config: PaperClaimsConfig, parsed_manuscripts: pl.DataFrame,
                  chunks: pl.DataFrame, paper_sample: pl.DataFrame, lake: LakeResource, llm: LLMGatewayResource,

@@ -100,27 +100,38 @@ _TEXT_COLUMNS = {"reviews": "review_text", "author_responses": "text"}
 
 def _check_specs() -> list[dg.AssetCheckSpec]:
     specs = [
-        dg.AssetCheckSpec("unique_ids", asset=table, blocking=True, description=f"{column} is unique")
+        dg.AssetCheckSpec("unique_ids", asset=table, blocking=True,
+                          description=f"No two rows share a {column}: a repeat would count one note twice in every "
+                                      "table built from it. Failing ids in the metadata.")
         for table, column in _ID_COLUMNS.items()
     ]
     specs += [
         dg.AssetCheckSpec("belongs_to_submission", asset=table, blocking=True,
-                          description="every row's paper_id is a submission of this venue")
+                          description="Every row belongs to a paper of this venue: a row whose paper_id is no "
+                                      "submission here would be verified against no manuscript. Failing ids in the "
+                                      "metadata.")
         for table in _ID_COLUMNS if table != "submissions"
     ]
     specs += [
-        dg.AssetCheckSpec("non_empty_text", asset=table, description=f"{column} is never empty")
+        dg.AssetCheckSpec("non_empty_text", asset=table,
+                          description=f"No {column} is empty: an empty text yields no claims and no evidence. A "
+                                      "warning; failing ids in the metadata.")
         for table, column in _TEXT_COLUMNS.items()
     ]
     specs += [
         dg.AssetCheckSpec("well_formed", asset="submissions",
-                          description="title present, PDF path well formed, cdate set, decision text understood"),
-        dg.AssetCheckSpec("well_formed", asset="reviews", description="numeric fields carry a score, reviewer id present"),
+                          description="Each paper has a title, a usable PDF path, a creation date and a decision we "
+                                      "could read. A warning; failing ids in the metadata."),
+        dg.AssetCheckSpec("well_formed", asset="reviews",
+                          description="Each review names its reviewer and its score fields hold a number. A warning; "
+                                      "failing ids in the metadata."),
         dg.AssetCheckSpec("every_note_accounted_for", asset="note_errors", blocking=True,
-                          description="each landed note is in exactly one typed table or in note_errors (older "
-                                      "versions of a note are superseded by its latest); fails with the forum ids"),
+                          description="No note lost: every note fetched is in exactly one table or in note_errors "
+                                      "with a reason (an older version of a note gives way to its latest). Failing "
+                                      "forums in the metadata."),
         dg.AssetCheckSpec("raw_notes_typed", asset="submissions", blocking=True,
-                          description="a venue whose raw notes exist has typed rows; fails naming the likely cause"),
+                          description="Notes were fetched, so some must land in the tables; when none does the "
+                                      "check names the likely cause (e.g. API v1 notes in a v2 venue)."),
     ]
     return specs
 
@@ -209,7 +220,7 @@ def forum_tables(context: dg.AssetExecutionContext, config: ForumTablesConfig, l
     """Classify every landed note by its invitations and signatures and thread the replies; API v1 notes are read
     into the same tables. Forums are built `forums_per_batch` at a time and each table is streamed to the lake, so a
     whole venue is never in memory. A venue whose raw notes give no submission at all fails, naming the likely
-    cause."""
+    cause, and commits none of its tables: the previous partition files stay."""
     raw = raw_openreview_notes
     if "api_version" not in raw.schema_arrow.names:
         raise dg.Failure(f"raw_openreview_notes of {context.partition_key} was built before notes carried their API "
@@ -231,26 +242,32 @@ def forum_tables(context: dg.AssetExecutionContext, config: ForumTablesConfig, l
                 context.log.warning(f"{row['reason']}: {row['message']}")
         streamed = {table: writer.finish() for table, writer in writers.items()}
     try:
+        # Every check is decided before any output is handed over: the IO manager commits (renames into place) each
+        # output it is given, so a failing step hands over none and the previous partition files stay.
+        gates = list(table_gates(checks))
+        # Hand-coded: these reconcile the raw notes with every table per forum and diagnose a venue without typed
+        # rows; no great-expectations expectation states either (see quality.unaccounted_notes)
+        unaccounted = checks.unaccounted_notes()
+        gates.append(_check("note_errors", "every_note_accounted_for", list(unaccounted),
+                            unaccounted_note_ids=dg.MetadataValue.json(dict(list(unaccounted.items())[:50])),
+                            notes_received=checks.notes_received, superseded_versions=checks.superseded_versions))
+        cause = checks.likely_cause_of_empty_tables()
+        gates.append(_check("submissions", "raw_notes_typed", sorted(checks.raw_forums) if cause else [],
+                            raw_notes=checks.notes_received, api_version=api_version,
+                            **({"likely_cause": cause} if cause else {})))
+        if cause:
+            yield from gates
+            errors = pl.read_parquet(streamed["note_errors"].temporary)
+            raise dg.Failure(
+                description=f"venue {context.partition_key}: {checks.notes_received} raw notes (read as API "
+                            f"v{api_version}) gave no submission or other typed row; likely cause: {cause}. "
+                            "Nothing was written; the note errors by reason are in this failure's metadata.",
+                metadata={"likely_cause": cause, "note_errors": dg.MetadataValue.json(
+                    dict(errors.group_by("reason").len().sort("reason").rows()))},
+            )
         for table, table_file in streamed.items():
             yield dg.Output(table_file, output_name=table)
     finally:  # a table not handed over (the step failed on the way) leaves no temporary behind
         for table_file in streamed.values():
             table_file.temporary.unlink(missing_ok=True)
-
-    yield from table_gates(checks)
-    # Hand-coded: these reconcile the raw notes with every table per forum and diagnose a venue without typed rows;
-    # no great-expectations expectation states either (see quality.unaccounted_notes)
-    unaccounted = checks.unaccounted_notes()
-    yield _check("note_errors", "every_note_accounted_for", list(unaccounted),
-                 unaccounted_note_ids=dg.MetadataValue.json(dict(list(unaccounted.items())[:50])),
-                 notes_received=checks.notes_received, superseded_versions=checks.superseded_versions)
-    cause = checks.likely_cause_of_empty_tables()
-    yield _check("submissions", "raw_notes_typed", sorted(checks.raw_forums) if cause else [],
-                 raw_notes=checks.notes_received, api_version=api_version, **({"likely_cause": cause} if cause else {}))
-    if cause:
-        raise dg.Failure(
-            description=f"venue {context.partition_key}: {checks.notes_received} raw notes (read as API "
-                        f"v{api_version}) gave no submission or other typed row; likely cause: {cause}. "
-                        "See note_errors.",
-            metadata={"likely_cause": cause},
-        )
+    yield from gates

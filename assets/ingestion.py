@@ -9,12 +9,9 @@ from peerify_dagster.domain.notes import MalformedNote, classify, read_note, sup
 from peerify_dagster.domain.sampling import SamplingConfig, draw_sample
 from peerify_dagster.partitions import venue_partitions
 from peerify_dagster.resources.dagster_resources import LakeResource, OpenReviewResource, VenueRegistryResource
-from peerify_dagster.resources.openreview import (
-    FetchOutcome, MalformedSnapshotFile, OpenReviewCrawler, SnapshotReader, api_url_for, probe_api_version,
-    resolve_api_version,
-)
+from peerify_dagster.resources.crawl import INGESTION_CODE_VERSION, CrawlConfig, crawler_for
+from peerify_dagster.resources.openreview import FetchOutcome, MalformedSnapshotFile, OpenReviewCrawler, SnapshotReader
 
-INGESTION_CODE_VERSION = "ingestion-v3"
 NO_SUBMISSIONS = "venue has no submissions"
 PAPER_SAMPLE_SCHEMA = {
     "venue": pl.String, "forum_id": pl.String, "draw_order": pl.Int64, "seed": pl.Int64, "sample_size": pl.Int64,
@@ -23,42 +20,14 @@ PAPER_SAMPLE_SCHEMA = {
 }
 
 
-class CrawlConfig(dg.Config):
-    refetch: bool = False  # True re-fetches forums and PDFs already in the snapshot (a refresh)
-    forums_per_batch: int = 100  # forums whose raw notes are written at a time (one row group): bounds memory
-
-
-def crawler_for(context: dg.AssetExecutionContext, registry: VenueRegistryResource, lake: LakeResource,
-                openreview: OpenReviewResource) -> tuple[OpenReviewCrawler | None, SnapshotReader, int]:
-    """A crawler for live venues (None for snapshot venues), the reader of the venue's snapshot, and the venue's
-    OpenReview API version (registry, else detected), which decides the client and how notes are read."""
-    venue = registry.venue(context.partition_key)
-    reader = SnapshotReader(registry.snapshot_dir(venue, lake.lake()))
-    live = venue.source == "api"
-    if live:
-        openreview.check_reachable(venue.api_url)
-    api_version, decided_by = resolve_api_version(
-        venue.api_version, venue.openreview_id, reader, live,
-        probe=lambda: probe_api_version(openreview.client(venue.api_url), venue.openreview_id))
-    context.log.info(f"{venue.key}: OpenReview API v{api_version} ({decided_by})")
-    if not live:
-        return None, reader, api_version
-    api_url = api_url_for(venue.api_url, api_version)
-    if api_url != venue.api_url:
-        openreview.check_reachable(api_url)
-    client = openreview.client(api_url, api_version)
-    crawler = OpenReviewCrawler(client, venue.openreview_id, reader.folder, log=context.log.info,
-                                api_version=api_version)
-    return crawler, reader, api_version
-
-
 @dg.asset(
     partitions_def=venue_partitions,
     group_name="ingestion",
     kinds={"python", "parquet"},
     code_version=INGESTION_CODE_VERSION,
     check_specs=[dg.AssetCheckSpec("has_submissions", asset="paper_sample",
-                                   description="the venue lists at least one submission with an id")],
+                                   description="The venue lists at least one submission: none means a "
+                                   "wrong venue id or an empty crawl.")],
 )
 def paper_sample(
     context: dg.AssetExecutionContext,

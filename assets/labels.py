@@ -7,13 +7,11 @@ from collections import defaultdict
 import dagster as dg
 import polars as pl
 
-from assets.claims import progress_logger, usage_metadata, venue_gateway
-from assets.retrieval import paper_index_loader
 from peerify_dagster.domain import labelling as lab
 from peerify_dagster.domain.labels import LABELS, NOT_DETERMINED
 from peerify_dagster.domain.llm_calls import estimate_tokens
 from peerify_dagster.domain.prompts import prompts_code_version, template_hash
-from peerify_dagster.domain.retrieval import STATUS_OK, build_retrievers, retrieve_claims
+from peerify_dagster.domain.retrieval import STATUS_OK, build_retrievers, paper_index_loader, retrieve_claims
 from peerify_dagster.partitions import venue_partitions
 from peerify_dagster.resources.dagster_resources import (
     EmbeddingResource,
@@ -22,9 +20,10 @@ from peerify_dagster.resources.dagster_resources import (
     VenueRegistryResource,
     markdown_preview,
 )
+from peerify_dagster.resources.llm_steps import progress_logger, usage_metadata, venue_gateway
 
 CLAIM_LABELS_CODE_VERSION = f"claim-labels-v1-{prompts_code_version([lab.THREAD_PROMPT, lab.MANUSCRIPT_PROMPT])}"
-AGREEMENT_CODE_VERSION = "labeller-agreement-v1"
+AGREEMENT_CODE_VERSION = "labeller-agreement-v2"
 CLAIM_THREADS_CODE_VERSION = "claim-threads-v1"
 DEFAULT_ANSWER_TOKENS = 1024  # the answer budget assumed for a model whose decoding sets no max_tokens
 
@@ -35,10 +34,6 @@ CLAIM_LABEL_SCHEMA = {
     "evidence_quotes": pl.List(_TEXT), "evidence_chunk_ids": pl.List(_TEXT), "evidence_mode": _TEXT,
     "evidence_text": _TEXT, "evidence_tokens": pl.Int64, "prompt_id": _TEXT, "prompt_hash": _TEXT, "call_id": _TEXT,
     "error": _TEXT,
-}
-CLAIM_THREAD_SCHEMA = {
-    "venue": _TEXT, "claim_id": _TEXT, "paper_id": _TEXT, "review_id": _TEXT, "thread_mode": _TEXT,
-    "thread_text": _TEXT, "thread_tokens": pl.Int64,
 }
 AGREEMENT_SCHEMA = {
     "venue": _TEXT, "source": _TEXT, "claim_type": _TEXT, "n_items": pl.Int64, "n_without_call": pl.Int64,
@@ -105,8 +100,9 @@ def _answer_fields(result) -> dict:
 @dg.asset(partitions_def=venue_partitions, group_name="labels", kinds={"python", "parquet"},
           code_version=CLAIM_LABELS_CODE_VERSION, pool="llm",
           check_specs=[dg.AssetCheckSpec("four_rows_per_claim", asset="claim_labels", blocking=True,
-                                         description="every review claim has exactly one row per source and "
-                                                     "labeller, and every label is one of the four or null")])
+                                         description="Every review claim was labelled once by each labeller "
+                                                     "against each source, and every label is one of the four (or "
+                                                     "none when the answer did not parse).")])
 def claim_labels(context: dg.AssetExecutionContext, review_claims: pl.DataFrame, author_responses: pl.DataFrame,
                  reviewer_followups: pl.DataFrame, chunks: pl.DataFrame, chunk_embeddings: pl.DataFrame,
                  lake: LakeResource, llm: LLMGatewayResource, embedding_model: EmbeddingResource,
@@ -195,7 +191,7 @@ def claim_threads(context: dg.AssetExecutionContext, review_claims: pl.DataFrame
         rows.append({"venue": context.partition_key, "claim_id": row["claim_id"], "paper_id": row["paper_id"],
                      "review_id": row["review_id"], "thread_mode": thread.mode, "thread_text": thread.text,
                      "thread_tokens": estimate_tokens(thread.text) if thread.text is not None else None})
-    frame = pl.DataFrame(rows, schema=CLAIM_THREAD_SCHEMA)
+    frame = pl.DataFrame(rows, schema=lab.CLAIM_THREAD_SCHEMA)
     modes = frame.group_by("thread_mode").len().sort("thread_mode")
     context.add_output_metadata({"claims": frame.height, "thread_evidence": config.thread_evidence,
                                  "claims_by_thread_mode": dg.MetadataValue.json(dict(modes.iter_rows())),
@@ -238,7 +234,8 @@ def labeller_agreement(context: dg.AssetExecutionContext, claim_labels: pl.DataF
     items A labelled LABELS[i] and B labelled LABELS[j], in the order Supported, Partially Supported, Not
     Supported, Not Determined). Items where either labeller made no call (rule label, no manuscript, evidence too
     long) and parse failures are counted apart. Kappa is null with `kappa_status` `undefined_single_class` when
-    both labellers gave every item one and the same label (chance agreement 1: kappa is 0/0)."""
+    both labellers gave every item one and the same label (chance agreement 1: kappa is 0/0), said in words in the
+    metadata; its `warnings` also name a labeller that gave one label to 90% or more of a source's pairs."""
     types = dict(zip(claim_types["claim_id"], claim_types["claim_type"]))
     grouped = lab.groups(lab.paired_items(claim_labels.iter_rows(named=True), types))
     rows, markdown = [], {}
@@ -253,5 +250,8 @@ def labeller_agreement(context: dg.AssetExecutionContext, claim_labels: pl.DataF
                      "kappa_status": result.kappa_status, "confusion": result.table})
         section = f"**claim type {kind}**: {lab.describe(summary)}\n\n{lab.markdown_table(result.table)}"
         markdown[source] = f"{markdown[source]}\n\n{section}" if source in markdown else section
-    context.add_output_metadata({f"agreement_{source}": dg.MetadataValue.md(text) for source, text in markdown.items()})
+    context.add_output_metadata({
+        **{f"agreement_{source}": dg.MetadataValue.md(text) for source, text in markdown.items()},
+        "warnings": dg.MetadataValue.json(lab.agreement_warnings(rows)),
+    })
     return pl.DataFrame(rows, schema=AGREEMENT_SCHEMA)

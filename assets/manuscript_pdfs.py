@@ -3,9 +3,9 @@
 import dagster as dg
 import polars as pl
 
-from assets.ingestion import INGESTION_CODE_VERSION, CrawlConfig, crawler_for
 from peerify_dagster.domain.pdfs import PdfProblem, inspect_pdf
 from peerify_dagster.partitions import venue_partitions
+from peerify_dagster.resources.crawl import INGESTION_CODE_VERSION, CrawlConfig, crawler_for
 from peerify_dagster.resources.dagster_resources import LakeResource, OpenReviewResource, VenueRegistryResource
 from peerify_dagster.resources.files import write_atomic
 

@@ -6,7 +6,14 @@ from pathlib import Path
 import dagster as dg
 import polars as pl
 
-from peerify_dagster.domain.chunking import RUNAWAY_FACTOR, Chunk, ChunkingConfig, chunk_document, estimate_tokens
+from peerify_dagster.domain.chunking import (
+    CHUNK_SCHEMA,
+    RUNAWAY_FACTOR,
+    Chunk,
+    ChunkingConfig,
+    chunk_document,
+    estimate_tokens,
+)
 from peerify_dagster.domain.chunking import chunk_stats as compute_chunk_stats
 from peerify_dagster.domain.layout.blocks import LAYOUT_VERSION, Block
 from peerify_dagster.partitions import venue_partitions
@@ -28,11 +35,6 @@ PARSED_SCHEMA = {
     "blocks": pl.List(BLOCK_TYPE),
 }
 PARSE_ERROR_SCHEMA = {"venue": pl.String, "paper_id": pl.String, "reason": pl.String, "message": pl.String}
-CHUNK_SCHEMA = {
-    "venue": pl.String, "chunk_id": pl.String, "paper_id": pl.String, "section_path": pl.List(pl.String),
-    "section": pl.String, "kind": pl.String, "page": pl.Int64, "order": pl.Int64, "word_count": pl.Int64,
-    "text": pl.String, "text_sha256": pl.String,
-}
 
 
 @dg.multi_asset(
@@ -98,10 +100,15 @@ def _chunking_config(venue_registry: VenueRegistryResource, venue: str) -> Chunk
     kinds={"python", "parquet"},
     code_version=CHUNKING_CODE_VERSION,
     check_specs=[
-        dg.AssetCheckSpec("no_empty_chunks", asset="chunks", blocking=True, description="no chunk without words"),
-        dg.AssetCheckSpec("no_runaway_chunks", asset="chunks", description="no chunk beyond 1.5 x max_tokens"),
+        dg.AssetCheckSpec("no_empty_chunks", asset="chunks", blocking=True,
+                          description="No retrieval passage is empty: an empty one can be retrieved and shown to a "
+                                      "verifier as evidence."),
+        dg.AssetCheckSpec("no_runaway_chunks", asset="chunks",
+                          description="No passage is longer than 1.5 x max_tokens: the embedder would read only its "
+                                      "start. A warning."),
         dg.AssetCheckSpec("every_paper_has_chunks", asset="chunks",
-                          description="every parsed manuscript yields at least one chunk"),
+                          description="Every parsed manuscript gives passages: one without any has no evidence to "
+                                      "retrieve. A warning."),
     ],
 )
 def chunks(context: dg.AssetExecutionContext, parsed_manuscripts: pl.DataFrame,

@@ -1,6 +1,6 @@
 """Stage 5, predictions: every claim of a venue judged under one configuration (verifier x retriever x mode x claims,
-configurations.yaml) through the LLM gateway; one partition per venue x configuration, so adding a configuration
-computes only that one."""
+configurations.yaml) through the LLM gateway; one partition per configuration a venue uses (`<configuration>|<venue>`,
+see partitions.py), so adding a configuration computes only that one."""
 
 import time
 
@@ -8,15 +8,11 @@ import dagster as dg
 import polars as pl
 
 from peerify_dagster.domain import label_metrics
+from peerify_dagster.domain import metrics as scores
 from peerify_dagster.domain import predictions as pred
 from peerify_dagster.domain.labelling import raw_label
 from peerify_dagster.domain.prompts import load_prompt, prompts_code_version
-from peerify_dagster.partitions import (
-    CONFIGURATION_DIMENSION,
-    FROM_VENUE,
-    VENUE_DIMENSION,
-    prediction_partitions,
-)
+from peerify_dagster.partitions import EVERY_PARTITION, prediction_partitions, venue_and_configuration
 from peerify_dagster.resources.dagster_resources import (
     LakeResource,
     LLMGatewayResource,
@@ -25,6 +21,7 @@ from peerify_dagster.resources.dagster_resources import (
 )
 
 VERIFY_PROMPT = pred.VERIFY_PROMPT
+PREDICTION_INPUTS = ("retrieval_queries", "retrieval_runs", "chunks")
 PREDICTIONS_CODE_VERSION = f"predictions-v1-{prompts_code_version([VERIFY_PROMPT, pred.THREAD_PROMPT])}"
 
 PREDICTION_SCHEMA = {
@@ -38,13 +35,12 @@ PREDICTION_SCHEMA = {
 
 @dg.asset(partitions_def=prediction_partitions, group_name="predictions", kinds={"python", "parquet"},
           code_version=PREDICTIONS_CODE_VERSION, pool="llm",
-          ins={**{name: dg.AssetIn(partition_mapping=FROM_VENUE)
-                  for name in ("retrieval_queries", "retrieval_runs", "chunks")},
-               # Read from the lake by mode thread only, so the other modes run without it (a venue predicted
-               # before claim_threads existed, inputs written by hand).
-               "claim_threads": dg.AssetIn(partition_mapping=FROM_VENUE, dagster_type=dg.Nothing)})
-def predictions(context: dg.AssetExecutionContext, retrieval_queries: pl.DataFrame, retrieval_runs: pl.DataFrame,
-                chunks: pl.DataFrame, lake: LakeResource, llm: LLMGatewayResource,
+          # Venue-partitioned inputs of a `<configuration>|<venue>` partition: read from the lake for its venue
+          # (Dagster cannot map a pair key to its venue, see partitions.py). claim_threads is read by mode thread
+          # only, so the other modes run without it (a venue predicted before claim_threads existed).
+          deps=[dg.AssetDep(name, partition_mapping=EVERY_PARTITION)
+                for name in (*PREDICTION_INPUTS, "claim_threads")])
+def predictions(context: dg.AssetExecutionContext, lake: LakeResource, llm: LLMGatewayResource,
                 prediction_configurations: PredictionConfigurationsResource,
                 retrieval: RetrievalResource) -> pl.DataFrame:
     """Per claim the configuration covers and verifier model: the label given what the configuration shows it
@@ -56,8 +52,8 @@ def predictions(context: dg.AssetExecutionContext, retrieval_queries: pl.DataFra
     never truncated; `no_thread`). An NLI configuration (`verifier: nli:<folder>`, the paper's non-LLM baseline)
     classifies each shown chunk against the claim instead: entailment -> Supported, contradiction -> Not Supported,
     neutral -> Not Determined (raw_label: the chunks' classes in order; no call id)."""
-    keys = context.partition_key.keys_by_dimension
-    venue, name = keys[VENUE_DIMENSION], keys[CONFIGURATION_DIMENSION]
+    venue, name = venue_and_configuration(context.partition_key)
+    retrieval_queries, retrieval_runs, chunks = (lake.read_input(table, venue) for table in PREDICTION_INPUTS)
     try:
         configuration = prediction_configurations.load().get(name)
     except pred.ConfigurationError as error:
@@ -65,7 +61,7 @@ def predictions(context: dg.AssetExecutionContext, retrieval_queries: pl.DataFra
     if configuration.mode == pred.MODE_RAG and configuration.k > retrieval.k:
         raise dg.Failure(f"configuration {name!r} shows k={configuration.k} passages, but retrieval keeps the top "
                          f"{retrieval.k} only; lower k or raise the retrieval resource's k", allow_retries=False)
-    paper_chunks, text_of = chunks_by_paper(chunks)
+    paper_chunks, text_of = pred.chunks_by_paper(chunks)
     if configuration.nli_model is not None:
         return _nli_predictions(context, configuration, venue, retrieval_queries, retrieval_runs, paper_chunks, text_of)
     prompt_id = configuration.prompt_id
@@ -115,14 +111,6 @@ def _thread_texts(lake: LakeResource, venue: str) -> dict[str, str | None]:
         raise dg.Failure(f"mode thread needs claim_threads of {venue}: build the venue first (`peerify build "
                          f"{venue}`), or import its release", allow_retries=False) from None
     return dict(zip(threads["claim_id"], threads["thread_text"]))
-
-
-def chunks_by_paper(chunks: pl.DataFrame) -> tuple[dict[str, list[tuple[str, str]]], dict[str, str]]:
-    """paper id -> its (chunk id, text) in manuscript order; chunk id -> text."""
-    paper_chunks: dict[str, list[tuple[str, str]]] = {}
-    for paper_id, chunk_id, text in chunks.sort("paper_id", "order").select("paper_id", "chunk_id", "text").iter_rows():
-        paper_chunks.setdefault(paper_id, []).append((chunk_id, text))
-    return paper_chunks, dict(zip(chunks["chunk_id"], chunks["text"]))
 
 
 def verifier_models(configuration: pred.Configuration, gateway) -> list[str]:  # noqa: ANN001 - an LLMGateway
@@ -204,4 +192,7 @@ def _metadata(frame: pl.DataFrame, configuration: pred.Configuration, verifiers:
         "answer_key_claims": keyed.height,
         "accuracy_vs_answer_key": label_metrics.accuracy(keyed["gold_label"].to_list(), keyed["label"].to_list()),
         "macro_f1_vs_answer_key": label_metrics.macro_f1(keyed["gold_label"].to_list(), keyed["label"].to_list()),
+        # per verifier, beside the key's majority-class baseline and the labels answered, with any one-label warning
+        **({"answer_key_scores": dg.MetadataValue.md(scores.metrics_markdown(scores.answer_key_metrics(keyed)))}
+           if keyed.height else {}),
     }

@@ -5,7 +5,7 @@ lineage shows in the UI through `deps` on the slices (an unpartitioned asset can
 as an input, so the slices are read through the lake)."""
 
 import dataclasses
-import json
+import io
 from datetime import UTC, datetime
 
 import dagster as dg
@@ -14,14 +14,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from assets.slices import GATES
 from peerify_dagster.domain import audit
 from peerify_dagster.domain import label_release as rel
 from peerify_dagster.domain.labelling import SOURCE_THREAD
 from peerify_dagster.domain.prompts import available_prompts, template_hash
 from peerify_dagster.domain.slices import HUMAN_VERIFIED, SLICES
 from peerify_dagster.resources import audit_sample
-from peerify_dagster.freshness import latest_materialisation
+from peerify_dagster.freshness import SLICES_KEY, latest_materialisation, release_problems, shipped_slices
 from peerify_dagster.resources.dagster_resources import (
     UNPARTITIONED,
     LakeResource,
@@ -30,49 +29,13 @@ from peerify_dagster.resources.dagster_resources import (
 )
 from peerify_dagster.resources.decisions import Decision, DecisionLedger
 from peerify_dagster.resources.files import atomic_folder
+from peerify_dagster.resources.lake import RELEASES_DIR
 from peerify_dagster.resources.llm_gateway import LEDGER_SCHEMA, CallLedger, ModelRegistry
-
-SLICES_KEY = dg.AssetKey("benchmark_slices")
-RELEASES_DIR = "releases"
-BLOCKING_GATES = [name for name, blocking, _ in GATES if blocking]
-CHECK_HISTORY = 500  # evaluations searched per gate for the one of a venue's latest slices (all venues share them)
 
 
 class ReleaseConfig(dg.Config):
     version: str  # X.Y.Z
     venues: list[str]  # venue keys of venues.yaml, each built (its benchmark_slices) with its blocking gates passed
-
-
-def gate_problems(instance: dg.DagsterInstance, venue: str) -> list[str]:
-    """Why the venue's slices may not be released: a blocking gate that failed or was not evaluated on the latest
-    materialisation of its slices."""
-    built = latest_materialisation(instance, SLICES_KEY, venue)
-    if built is None:
-        return [f"{venue}: benchmark_slices was never materialised in this Dagster instance (build it with "
-                f"`peerify build {venue}` under the same DAGSTER_HOME)"]
-    problems = []
-    for name in BLOCKING_GATES:
-        evaluation = _evaluation_of(instance, dg.AssetCheckKey(SLICES_KEY, name), built)
-        if evaluation is None:
-            problems.append(f"{venue}: blocking gate {name} was not evaluated on the latest benchmark_slices "
-                            f"(run {built.run_id})")
-        elif not evaluation.passed:
-            failing = evaluation.metadata.get("failing_ids")
-            problems.append(f"{venue}: blocking gate {name} failed (failing ids: "
-                            f"{json.dumps(failing.value[:10]) if failing else 'see its metadata'})")
-    return problems
-
-
-def _evaluation_of(instance: dg.DagsterInstance, check: dg.AssetCheckKey, built) -> dg.AssetCheckEvaluation | None:
-    """The latest evaluation of `check` on the materialisation `built` (checks of a venue-partitioned asset are
-    recorded without a partition: the materialisation they judged tells the venue)."""
-    for record in instance.event_log_storage.get_asset_check_execution_history(check, limit=CHECK_HISTORY):
-        evaluation = record.evaluation
-        target = evaluation.target_materialization_data if evaluation else None
-        if evaluation is not None and (target.storage_id == built.storage_id if target
-                                       else record.run_id == built.run_id):
-            return evaluation
-    return None
 
 
 def upstream_versions(context: dg.AssetExecutionContext, lineage: ReleaseLineageResource,
@@ -170,7 +133,9 @@ def label_release(context: dg.AssetExecutionContext, config: ReleaseConfig, lake
     manifest.json (every file's sha256, size and rows; venues, seeds, the Dagster data and code versions of every
     upstream asset partition, models, prompt hashes, arbitration statistics; the hash of its own body) and
     DATASHEET.md. Refused, before any work, for a version that exists (a release is never overwritten) and for a
-    venue whose blocking slice gates failed or were not evaluated; written to a temporary folder renamed into place."""
+    venue whose blocking slice gates failed or were not evaluated, whose slice file is not the one they judged, or
+    whose decisions or labels are newer than its slices (`release_problems`); written to a temporary folder renamed
+    into place."""
     try:
         version = rel.check_version(config.version)
     except rel.ReleaseError as exc:
@@ -184,15 +149,16 @@ def label_release(context: dg.AssetExecutionContext, config: ReleaseConfig, lake
     if not venues:
         raise dg.Failure("a release needs at least one venue", allow_retries=False)
     registered = {key: venue_registry.venue(key) for key in venues}
-    problems = [f"{venue}: no benchmark_slices in the lake ({lake.lake().table_path('benchmark_slices', venue)})"
-                for venue in venues if not lake.lake().table_path("benchmark_slices", venue).exists()]
-    problems += [line for venue in venues for line in gate_problems(context.instance, venue)]
+    # Read once: the bytes hashed against what the gates judged are the bytes shipped.
+    shipped = {venue: shipped_slices(lake.lake(), venue) for venue in venues}
+    problems = [line for venue in venues
+                for line in release_problems(context.instance, lake.lake(), venue, shipped[venue])]
     if problems:
         raise dg.Failure("release refused: " + "; ".join(problems), allow_retries=False)
 
     frames, decisions, arbitration, left_out = [], [], {}, {}
     for venue in venues:
-        frame = lake.lake().read_table("benchmark_slices", venue)
+        frame = pl.read_parquet(io.BytesIO(shipped[venue]))
         frame, audit_used = _audit_provenance(root, venue, frame)
         frames.append(frame)
         decisions += [dataclasses.asdict(d) for d in arbitration_decisions(root, venue, frame) + audit_used]
@@ -230,6 +196,8 @@ def label_release(context: dg.AssetExecutionContext, config: ReleaseConfig, lake
         "upstream": upstream_versions(context, release_lineage, venues),
         "models": _models(calls), "prompts": _prompts(calls),
         "arbitration": arbitration, "left_out": left_out, "licence": rel.LICENCE,
+        # the benchmark_slices file of each venue, as its blocking gates judged it
+        "slices_sha256": {venue: rel.sha256_hex(data) for venue, data in shipped.items()},
     }
     files[rel.DATASHEET], counts[rel.DATASHEET] = rel.datasheet(manifest).encode("utf-8"), None
     manifest["files"] = {name: rel.file_entry(files[name], counts[name]) for name in rel.data_files()}

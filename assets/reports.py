@@ -2,8 +2,6 @@
 `<lake>/reports/<venue>/` as report.md (figures beside it) and a self-contained report.html, and shown whole in the
 Dagster UI on the asset's page."""
 
-from pathlib import Path
-
 import dagster as dg
 import polars as pl
 
@@ -15,18 +13,13 @@ from peerify_dagster.domain.report import (
     render_html,
     render_markdown,
 )
-from peerify_dagster.partitions import FROM_VENUE, prediction_key, venue_partitions
+from peerify_dagster.partitions import VENUE_PREDICTIONS, prediction_key, venue_partitions
 from peerify_dagster.resources.dagster_resources import LakeResource
 from peerify_dagster.resources.files import write_atomic
-from peerify_dagster.resources.lake import Lake, UnreadablePartitionError, partition_slug
+from peerify_dagster.resources.lake import Lake, UnreadablePartitionError
+from peerify_dagster.resources.report_files import REPORT_HTML, REPORT_MARKDOWN, report_folder
 
 REPORT_SCHEMA = {"venue": pl.String, "figure": pl.String, "path": pl.String, "description": pl.String}
-REPORT_MARKDOWN, REPORT_HTML = "report.md", "report.html"
-
-
-def report_folder(lake: Lake, venue: str) -> Path:
-    """Where the venue's report.md, report.html and PNG figures are written."""
-    return lake.root / "reports" / partition_slug(venue)
 
 
 def _read(lake: Lake, table: str, partition: str, context: dg.AssetExecutionContext) -> Input:
@@ -42,7 +35,7 @@ def _read(lake: Lake, table: str, partition: str, context: dg.AssetExecutionCont
 
 @dg.asset(partitions_def=venue_partitions, group_name="reports", kinds={"python", "parquet", "matplotlib"},
           code_version="reports-v3",
-          deps=[*REPORT_TABLES, dg.AssetDep("predictions", partition_mapping=FROM_VENUE)])
+          deps=[*REPORT_TABLES, VENUE_PREDICTIONS])
 def venue_report(context: dg.AssetExecutionContext, lake: LakeResource) -> pl.DataFrame:
     """The venue's report from whichever of its tables are built (a venue imported from a release has no labels,
     usage or chunks: the report says "not built for this venue" there): slice statistics, accuracy by verifier x
@@ -54,7 +47,7 @@ def venue_report(context: dg.AssetExecutionContext, lake: LakeResource) -> pl.Da
     inputs = {table: _read(store, table, venue, context) for table in REPORT_TABLES}
     metrics = inputs["metrics"].frame
     configurations = sorted(set(metrics["configuration"])) if metrics is not None else []
-    predictions = {name: _read(store, "predictions", str(prediction_key(venue, name)), context)
+    predictions = {name: _read(store, "predictions", prediction_key(venue, name), context)
                    for name in configurations}
     report = build_report(venue, inputs, predictions)
 

@@ -1,9 +1,6 @@
 """Stage 4, retrieval: evidence retrieval for claims, restricted to each claim's own manuscript, and its metrics."""
 
-from collections.abc import Callable
-
 import dagster as dg
-import numpy as np
 import polars as pl
 
 from peerify_dagster.domain.gold_evidence import (
@@ -16,7 +13,13 @@ from peerify_dagster.domain.gold_evidence import (
     load_claim_key,
 )
 from peerify_dagster.domain.predictions import SOURCE_ANSWER_KEY, SOURCE_PAPER, SOURCE_REVIEW
-from peerify_dagster.domain.retrieval import RUN_COLUMNS, PaperIndex, build_retrievers, retrieve_claims
+from peerify_dagster.domain.retrieval import (
+    QUERY_SCHEMA,
+    RUN_COLUMNS,
+    build_retrievers,
+    paper_index_loader,
+    retrieve_claims,
+)
 from peerify_dagster.domain.retrieval_metrics import evaluate_runs
 from peerify_dagster.partitions import venue_partitions
 from peerify_dagster.resources.dagster_resources import (
@@ -29,12 +32,6 @@ from peerify_dagster.resources.dagster_resources import (
 RETRIEVAL_CODE_VERSION = "retrieval-v2"
 RETRIEVAL_METRICS_CODE_VERSION = "retrieval-metrics-v3"  # hit@k, strict and section relevance
 
-QUERY_SCHEMA = {
-    "venue": pl.String, "claim_id": pl.String, "paper_id": pl.String, "review_id": pl.String,
-    "claim_text": pl.String, "kind": pl.String, "manuscript_label": pl.String, "rebuttal_label": pl.String,
-    "evidence_section": pl.String, "evidence_sentence": pl.String, "source": pl.String,
-    "gold_chunk_ids": pl.List(pl.String),
-}
 RUN_SCHEMA = {
     "venue": pl.String, "claim_id": pl.String, "paper_id": pl.String, "retriever": pl.String, "rank": pl.Int64,
     "chunk_id": pl.String, "score": pl.Float64, "status": pl.String, "error": pl.String,
@@ -86,22 +83,6 @@ def retrieval_queries(context: dg.AssetExecutionContext, paper_sample: pl.DataFr
                                  "review_claims": review_claims.height,
                                  "papers_not_in_venue": dg.MetadataValue.json(outside)})
     return pl.DataFrame([{"venue": venue.key, **r} for r in rows], schema=QUERY_SCHEMA)
-
-
-def paper_index_loader(chunks: pl.DataFrame, chunk_embeddings: pl.DataFrame) -> Callable[[str], PaperIndex | None]:
-    """paper id -> the paper's search index (chunks in manuscript order with their vectors), None without chunks."""
-    vectors = chunk_embeddings.select("chunk_id", "embedding")
-    joined = chunks.select("paper_id", "chunk_id", "text", "order").join(vectors, on="chunk_id", how="left")
-
-    def load_index(paper_id: str) -> PaperIndex | None:
-        # One paper at a time: no venue-wide matrix is ever held.
-        paper = joined.filter(pl.col("paper_id") == paper_id).sort("order")
-        if paper.is_empty():
-            return None
-        return PaperIndex(paper_id, paper["chunk_id"].to_list(), paper["text"].to_list(),
-                          np.asarray(paper["embedding"].to_list(), dtype=np.float32))
-
-    return load_index
 
 
 @dg.asset(partitions_def=venue_partitions, group_name="retrieval", kinds={"python", "parquet"},

@@ -1,12 +1,13 @@
 """The LLM usage behind the venue's tables (every call recorded in the `llm_calls` ledger). The verifiers' predictions
-are the `predictions` asset (assets/predictions.py), partitioned by venue x configuration; their calls, tokens and
-cost are in its rows and metadata."""
+are the `predictions` asset (assets/predictions.py), one partition per configuration a venue uses; their calls,
+tokens and cost are in its rows and metadata."""
 
 from collections.abc import Mapping
 
 import dagster as dg
 import polars as pl
 
+from peerify_dagster.domain.llm_stages import VENUE_CALL_ID_COLUMNS
 from peerify_dagster.partitions import venue_partitions
 from peerify_dagster.resources.dagster_resources import LakeResource
 
@@ -16,18 +17,10 @@ USAGE_SCHEMA = {
     "errors": pl.Int64, "mean_latency_s": pl.Float64,
 }
 
-# Every venue table that references ledger calls, and its call-id columns: what llm_usage counts and what the sample's
-# recording keeps (scripts/record_sample_llm_calls.py).
-CALL_ID_COLUMNS: dict[str, tuple[str, ...]] = {
-    "review_claims": ("call_id",), "claims_dropped": ("call_id",), "claim_types": ("call_id",),
-    "paper_claims": ("claim_call_id", "rephrase_call_id"), "paper_claims_dropped": ("call_id",),
-    "claim_labels": ("call_id",),
-}
-
 
 def referenced_call_ids(tables: Mapping[str, pl.DataFrame]) -> pl.DataFrame:
     """The distinct call ids (column `call_id`) the venue's tables reference."""
-    ids = [tables[table].select(pl.col(column).alias("call_id")) for table, columns in CALL_ID_COLUMNS.items()
+    ids = [tables[table].select(pl.col(column).alias("call_id")) for table, columns in VENUE_CALL_ID_COLUMNS.items()
            for column in columns]
     return pl.concat(ids).drop_nulls().unique()
 

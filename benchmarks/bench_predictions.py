@@ -28,7 +28,7 @@ from peerify_dagster import paths  # noqa: E402
 from peerify_dagster.definitions import build_resources, defs  # noqa: E402
 from peerify_dagster.domain.venues import load_registry  # noqa: E402
 from peerify_dagster.estimate import estimate_build, format_estimate  # noqa: E402
-from peerify_dagster.partitions import configuration_partitions, prediction_key, venue_partitions  # noqa: E402
+from peerify_dagster.partitions import add_venue_partitions, prediction_key, venue_partitions  # noqa: E402
 from peerify_dagster.resources.dagster_resources import (  # noqa: E402
     PredictionConfigurationsResource,
     VenueRegistryResource,
@@ -46,7 +46,8 @@ def main() -> int:
     parser.add_argument("--run", action="append", default=[], help="configuration to run (repeatable, in order)")
     arguments = parser.parse_args()
     registry_file = Path(paths.registry_path())
-    recording = registry_file.parent / load_registry(registry_file)[VENUE].llm_recording
+    sample = load_registry(registry_file)[VENUE]
+    recording = registry_file.parent / sample.llm_recording
     with tempfile.TemporaryDirectory(prefix="peerify-bench-predictions-") as scratch:
         lake = Lake(Path(scratch) / "lake")
         instance = dg.DagsterInstance.ephemeral()
@@ -62,8 +63,9 @@ def main() -> int:
         print(f"venue graph up to the predictions' inputs: {time.monotonic() - started:.1f} s, success {venue.success}")
         configurations = PredictionConfigurationsResource().load()
         chosen = configurations.for_venue(VENUE)
-        print(format_estimate(estimate_build(lake, VENUE, chosen, LLMGateway(lake.root)), VENUE))
-        instance.add_dynamic_partitions(configuration_partitions.name, list(configurations.configurations))
+        estimate = estimate_build(lake, sample, registry.snapshot_dir(sample, lake), chosen, LLMGateway(lake.root))
+        print(format_estimate(estimate, VENUE))
+        add_venue_partitions(instance, VENUE, list(configurations.configurations))
         print("\n| configuration | claims | calls made | ledger hits | tokens in / out | seconds |")
         print("|---|---|---|---|---|---|")
         for name in arguments.run:

@@ -1,19 +1,40 @@
 """Venues are dynamic partitions: registering a venue adds a partition without touching the others. Predictions
-are partitioned by venue x configuration (configurations.yaml), both dynamic: adding a configuration adds a
-partition without touching the others."""
+have one partition per configuration a venue uses (`<configuration>|<venue>`), added when the venue is built.
+
+Why predictions are not a MultiPartitionsDefinition(venue x configuration): two dynamic dimensions are always their
+full cross product, so every configuration meant for one venue (configurations.yaml `venues:`) showed in the UI as
+missing work of every other venue. A single dynamic definition of pair keys holds only the pairs
+`Configurations.for_venue` gives (the same string a MultiPartitionKey printed, so partition files and the history of
+earlier materialisations keep their names). Dagster 1.13 has no built-in partition mapping from a pair key to its
+venue (a custom PartitionMapping is deprecated and the UI ignores it), so the venue-partitioned inputs are declared
+as deps with every partition mapped (EVERY_PARTITION: lineage is kept, and the UI's staleness errs on the safe side, a
+venue's rebuild marking other venues' predictions as possibly stale) and read through the lake for the pair's
+venue; the exact staleness, per venue and configuration, is `freshness.stale_predictions` (the sensor and the CLI).
+"""
 
 import dagster as dg
 
+from peerify_dagster.domain.predictions import prediction_key, venue_and_configuration
+from peerify_dagster.resources.lake import Lake
+
 venue_partitions = dg.DynamicPartitionsDefinition(name="venues")
-configuration_partitions = dg.DynamicPartitionsDefinition(name="configurations")
+prediction_partitions = dg.DynamicPartitionsDefinition(name="predictions")
 
-VENUE_DIMENSION = "venue"
-CONFIGURATION_DIMENSION = "configuration"
-prediction_partitions = dg.MultiPartitionsDefinition(
-    {VENUE_DIMENSION: venue_partitions, CONFIGURATION_DIMENSION: configuration_partitions})
-# Each venue-partitioned input of a prediction partition is the partition of its venue.
-FROM_VENUE = dg.MultiToSingleDimensionPartitionMapping(partition_dimension_name=VENUE_DIMENSION)
+# A prediction partition's venue-partitioned deps, and the predictions a venue's results read: see the module doc.
+EVERY_PARTITION = dg.AllPartitionMapping()
+VENUE_PREDICTIONS = dg.AssetDep("predictions", partition_mapping=EVERY_PARTITION)  # read from the lake by venue
 
 
-def prediction_key(venue: str, configuration: str) -> dg.MultiPartitionKey:
-    return dg.MultiPartitionKey({VENUE_DIMENSION: venue, CONFIGURATION_DIMENSION: configuration})
+def built_prediction_keys(lake: Lake, venue: str) -> list[str]:
+    """The predictions partitions built for the venue in the lake: what the venue's results read, whichever Dagster
+    instance asks (an ephemeral one knows only the partitions of its own runs)."""
+    return [key for key in lake.partition_keys("predictions") if venue_and_configuration(key)[0] == venue]
+
+
+def add_venue_partitions(instance: dg.DagsterInstance, venue: str, configurations: list[str]) -> None:
+    """Register the venue and its predictions partitions (one per configuration it uses) not registered yet."""
+    if not instance.has_dynamic_partition(venue_partitions.name, venue):
+        instance.add_dynamic_partitions(venue_partitions.name, [venue])
+    known = set(instance.get_dynamic_partitions(prediction_partitions.name))
+    if new := [key for name in configurations if (key := prediction_key(venue, name)) not in known]:
+        instance.add_dynamic_partitions(prediction_partitions.name, new)

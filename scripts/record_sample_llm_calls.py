@@ -31,19 +31,19 @@ import dagster as dg  # noqa: E402
 
 from peerify_dagster import paths  # noqa: E402
 from peerify_dagster.definitions import build_resources, defs  # noqa: E402
-from peerify_dagster.partitions import configuration_partitions, prediction_key  # noqa: E402
+from peerify_dagster.partitions import add_venue_partitions, prediction_key  # noqa: E402
 from peerify_dagster.resources.dagster_resources import PredictionConfigurationsResource  # noqa: E402
 from peerify_dagster.domain.venues import load_registry  # noqa: E402
 from peerify_dagster.partitions import venue_partitions  # noqa: E402
 from peerify_dagster.resources.dagster_resources import VenueRegistryResource  # noqa: E402
-from assets.verification import CALL_ID_COLUMNS  # noqa: E402
+from peerify_dagster.domain.llm_stages import VENUE_CALL_ID_COLUMNS  # noqa: E402
 from peerify_dagster.domain.prompts import available_prompts, template_hash  # noqa: E402
 from peerify_dagster.resources.llm_gateway import CallLedger  # noqa: E402
 from peerify_dagster.resources.llm_recording import install_recording, write_recording  # noqa: E402
 
 VENUE = "sample"
 # The venue's steps that call a model, and everything they and the predictions read.
-LLM_STEPS = dg.AssetSelection.assets(*CALL_ID_COLUMNS, "retrieval_runs").upstream().required_multi_asset_neighbors()
+LLM_STEPS = dg.AssetSelection.assets(*VENUE_CALL_ID_COLUMNS, "retrieval_runs").upstream().required_multi_asset_neighbors()
 
 
 def live_registry(folder: Path) -> Path:
@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
                                 resources=resources, raise_on_error=False)
         # Then the predictions of the configurations `make demo` builds for the sample (configurations.yaml).
         configurations = [c.name for c in PredictionConfigurationsResource().load().for_venue(VENUE)]
-        instance.add_dynamic_partitions(configuration_partitions.name, configurations)
+        add_venue_partitions(instance, VENUE, configurations)
         predicted = [dg.materialize(list(defs.assets), selection=["predictions"], instance=instance,
                                     partition_key=prediction_key(VENUE, name), resources=resources,
                                     raise_on_error=False) for name in configurations]

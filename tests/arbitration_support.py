@@ -3,6 +3,7 @@ them), claim types and review claims, written into a temporary lake, and the arb
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 
 import dagster as dg
@@ -11,6 +12,7 @@ import polars as pl
 from assets.claims import CLAIM_TYPE_SCHEMA, REVIEW_CLAIM_SCHEMA
 from assets.labels import CLAIM_LABEL_SCHEMA
 from peerify_dagster.resources.lake import Lake
+from peerify_dagster.resources.llm_gateway import LEDGER_SCHEMA, CallLedger
 from peerify_dagster.definitions import build_resources
 from peerify_dagster.partitions import venue_partitions
 from peerify_dagster.resources.dagster_resources import VenueRegistryResource
@@ -70,6 +72,16 @@ def write_inputs(lake_root: Path, venue: str, rows: list[dict]) -> None:
     types = [{**dict.fromkeys(CLAIM_TYPE_SCHEMA), "venue": venue, "claim_id": c, "claim_type": "factual",
               "parse_ok": True} for c in claim_ids]
     lake.write_table("claim_types", venue, pl.DataFrame(types, schema=CLAIM_TYPE_SCHEMA))
+
+
+def write_unparsed_calls(lake_root: Path, raw_responses: dict[str, str]) -> None:
+    """llm_calls ledger rows for labeller calls whose answer did not parse (call id -> the model's raw answer)."""
+    ledger = CallLedger(lake_root)
+    for call_id, raw in raw_responses.items():
+        labeller = call_id.split("-")[1]
+        ledger.append({**dict.fromkeys(LEDGER_SCHEMA.names), "call_id": call_id, "role": ROLES[labeller],
+                       "prompt_id": "label_rebuttal", "backend": "test", "model": MODELS[labeller],
+                       "raw_response": raw, "parse_ok": False, "created_at": datetime.now(UTC)})
 
 
 def build(venue: str, registry: Path, lake_root: Path, instance: dg.DagsterInstance,

@@ -8,7 +8,7 @@ import dagster as dg
 
 from peerify_dagster.definitions import build_resources, defs
 from peerify_dagster.jobs import build_venue_job
-from peerify_dagster.partitions import configuration_partitions, prediction_key, venue_partitions
+from peerify_dagster.partitions import add_venue_partitions, prediction_key
 from peerify_dagster.resources.dagster_resources import OpenReviewResource, VenueRegistryResource
 from peerify_dagster.testing.cli import SAMPLE, SAMPLE_DIR, sample_registry, write_registry  # noqa: F401 - re-exported
 
@@ -23,8 +23,7 @@ def materialise(key: str, registry: Path, lake_root: Path, instance: dg.DagsterI
                 refetch: bool = False) -> dg.ExecuteInProcessResult:
     """Materialise the selected assets (default: the venue graph up to the predictions' inputs) for one venue
     partition."""
-    if not instance.has_dynamic_partition(venue_partitions.name, key):
-        instance.add_dynamic_partitions(venue_partitions.name, [key])
+    add_venue_partitions(instance, key, [])
     resources = build_resources(str(lake_root), venue_registry=VenueRegistryResource(path=str(registry)),
                                 openreview=openreview or OpenReviewResource())
     return dg.materialize(
@@ -43,9 +42,7 @@ def materialise_predictions(key: str, configurations: list[str], registry: Path,
     """After the venue graph: the predictions of each configuration (PEERIFY_CONFIGURATIONS or configurations.yaml),
     one run per venue x configuration partition, then the venue's results (the report), as `peerify build` runs
     them."""
-    if new := [name for name in configurations
-               if not instance.has_dynamic_partition(configuration_partitions.name, name)]:
-        instance.add_dynamic_partitions(configuration_partitions.name, new)
+    add_venue_partitions(instance, key, configurations)
     resources = build_resources(str(lake_root), venue_registry=VenueRegistryResource(path=str(registry)))
     results = [dg.materialize(ALL_ASSETS, selection=["predictions"], instance=instance,
                               partition_key=prediction_key(key, name), resources=resources, raise_on_error=False)

@@ -167,10 +167,32 @@ def test_v1_venue_read_as_v2_fails_loudly_naming_the_cause(tmp_path, kind):
     assert not check.passed and check.metadata["likely_cause"].value.startswith("API v1 notes in a v2 venue")
     lake = Lake(tmp_path / "lake")
     raw = lake.read_table("raw_openreview_notes", "old")
-    errors = lake.read_table("note_errors", "old")  # written before the step failed: the reasons stay readable
-    assert errors.height == raw.height > 0
-    assert set(errors["reason"]) == {"api_v1_note_in_v2_venue"}
+    # nothing committed by the failed step: the reasons are in the failure's metadata (and its log)
+    assert failure.event_specific_data.user_failure_data.metadata["note_errors"].value == {
+        "api_v1_note_in_v2_venue": raw.height}
+    assert raw.height > 0 and not list((tmp_path / "lake" / "note_errors").iterdir())
     assert set(raw["problem"].str.contains("API v1 note")) == {True}
+
+
+def test_a_failed_forum_tables_step_keeps_the_previous_partition_files(tmp_path):
+    """Built once as v1, then read as v2: the step fails and commits nothing, so every table's file is as before."""
+    snapshot = synthetic_v1_snapshot(tmp_path / "snapshot", api_version=None)
+    instance = dg.DagsterInstance.ephemeral()
+
+    def build(api_version: int) -> dg.ExecuteInProcessResult:
+        registry = write_registry(tmp_path, "old", openreview_id="Old.cc/2020/Conference", source="snapshot",
+                                  snapshot=str(snapshot), seed=1, api_version=api_version)
+        return materialise("old", registry, tmp_path / "lake", instance, INGESTION)
+
+    assert build(1).success
+    tables = sorted((tmp_path / "lake").glob("*/old.parquet"))
+    before = {path: path.read_bytes() for path in tables if path.parent.name != "raw_openreview_notes"}
+    assert len(before) > 10 and Lake(tmp_path / "lake").read_table("submissions", "old").height == 2
+    failed = build(2)
+    assert not failed.success
+    assert [e.step_key for e in failed.all_events if e.is_step_failure] == ["forum_tables"]
+    assert {path: path.read_bytes() for path in before} == before
+    assert not [path for path in (tmp_path / "lake").rglob("*") if ".tmp" in path.name]
 
 
 # --- which API a venue uses --------------------------------------------------------------------------------

@@ -23,7 +23,7 @@ from peerify_dagster.domain.labels import SUPPORTED as S
 from peerify_dagster.paths import REPO_ROOT
 from peerify_dagster.resources.decisions import DecisionLedger, current_decisions
 from peerify_dagster.resources.lake import Lake
-from tests.arbitration_support import CANONICAL, MODELS, build, canonical, pair, write_inputs
+from tests.arbitration_support import CANONICAL, MODELS, build, canonical, pair, write_inputs, write_unparsed_calls
 from tests.cli_support import CliResult, cli_env
 from tests.support import sample_registry
 
@@ -149,6 +149,46 @@ def test_choose_third_label_undo_note_skip_quit_and_the_canonical_labels(work):
     child.send("q")
     child.expect_exact("quit; 0 decision(s) saved")
     assert finish(child) == 0
+
+
+def test_a_candidate_that_did_not_parse_shows_its_raw_answer_and_is_never_offered(tmp_path):
+    # c1: neither labeller's answer parsed; c2: labeller a's did not, b said Not Supported
+    rows = [*pair(VENUE, "c1", "thread", None, None), *pair(VENUE, "c2", "thread", None, N)]
+    write_inputs(tmp_path / "lake", VENUE, rows)
+    write_unparsed_calls(tmp_path / "lake", {"call-a-c1-thread": "RAW-A1 I believe it is mostly right",
+                                             "call-b-c1-thread": '{"label": "RAW-B1 true-ish"}',
+                                             "call-a-c2-thread": "RAW-A2 cannot tell"})
+    build(VENUE, sample_registry(tmp_path), tmp_path / "lake", dg.DagsterInstance.ephemeral())
+    offered = candidates(tmp_path)
+    log = tmp_path / "screen.txt"
+    child = spawn(tmp_path, "--annotator", "alice")
+    child.logfile_read = open(log, "w")
+    child.expect_exact("1/2  (2 open)  c1:thread")
+    child.expect_exact("keys: ")
+    child.expect_exact("> ")
+    child.send("1")  # not offered: neither candidate has a label to choose
+    child.expect_exact("candidate 1 has no label")
+    child.send("s")
+    child.expect_exact(f"saved: {S}\r\n")
+    child.expect_exact("2/2  (1 open)  c2:thread")
+    labelled = offered["c2"].index(N) + 1
+    child.expect_exact(f"keys: {labelled} choose candidate {labelled}, s=")
+    child.expect_exact("> ")
+    child.send("q")
+    assert finish(child) == 0
+    child.logfile_read.close()
+    screen = log.read_text().replace("\r\n", "\n")
+    c1, c2 = screen.split("c2:thread ===")
+    # both raw answers of c1 under "(no label ...)", and no choice of a candidate offered for it
+    assert c1.count("(no label: the answer did not parse)\n    its raw answer:\n    | ") == 2
+    assert "| RAW-A1 I believe it is mostly right" in c1 and '| {"label": "RAW-B1 true-ish"}' in c1
+    assert "keys: s=Supported p=Partially Supported" in c1 and "choose a candidate" not in c1 \
+        and "choose candidate" not in c1
+    assert "| RAW-A2 cannot tell" in c2 and "1/2 choose" not in c2
+    for secret in (*MODELS.values(), "labeller", "Labeller"):
+        assert secret not in screen
+    assert [(d.item_id, d.choice, d.label) for d in ledger(tmp_path).read().decisions] == [
+        ("c1:thread", "third_label", S)]
 
 
 def test_the_labellers_are_never_shown(work):

@@ -10,12 +10,17 @@ import polars as pl
 import pytest
 from dagster._core.storage.defs_state.base import set_defs_state_storage
 
+from assets.arbitration import ORPHANED_CHECK
+from assets.claims import REVIEW_CLAIM_SCHEMA
+from peerify_dagster.cli.build import orphaned_decisions_line
 from peerify_dagster.sensors import human_decisions_sensor
 from peerify_dagster.domain import arbitration as arb
+from peerify_dagster.domain import claims as rules
 from peerify_dagster.resources.dagster_resources import LakeResource
-from peerify_dagster.resources.decisions import DecisionLedger, new_decision
+from peerify_dagster.resources.decisions import ORPHANED_TABLE, DecisionLedger, new_decision
 from peerify_dagster.resources.lake import Lake
 from tests.arbitration_support import (
+    ARBITRATION,
     CANONICAL,
     MODELS,
     ROLES,
@@ -24,6 +29,7 @@ from tests.arbitration_support import (
     pair,
     standard_labels,
     write_inputs,
+    write_unparsed_calls,
 )
 from tests.support import materialization_metadata
 
@@ -85,13 +91,34 @@ def test_the_mapping_is_absent_from_the_queue_and_every_export():
     assert set(queue.rows[0]) == set(arb.QUEUE_COLUMNS)
 
 
+def test_an_answer_that_did_not_parse_is_queued_with_its_raw_answer_and_exported_with_it():
+    raw = '{"label": "Mostly true", "justification": "the table says so"}'
+    queue = arb.build_queue(VENUE, 11, standard_labels(VENUE), {}, {}, {"call-b-c3-thread": raw})
+    c3 = next(row for row in queue.rows if row["item_id"] == "c3:thread")
+    unparsed = next(c for c in arb.CANDIDATES if c3[f"{c}_label"] is None)
+    parsed = next(c for c in arb.CANDIDATES if c != unparsed)
+    assert (c3[f"{unparsed}_raw_answer"], c3[f"{parsed}_raw_answer"]) == (raw, None)  # a parsed answer needs none
+    [task] = [t for t in arb.to_labelstudio_tasks(queue.rows) if t["data"]["item_id"] == "c3:thread"]
+    assert task["data"][unparsed].startswith(f"Label: (no label: the answer did not parse)\n\n"
+                                             f"b-justification for c3\n\nRaw answer:\n{raw}")
+    assert "Raw answer" not in task["data"][parsed]
+    assert json.loads(arb.to_jsonl(queue.rows).splitlines()[1])[f"{unparsed}_raw_answer"] == raw
+    # the call gone from the ledger: the label as the model wrote it (claim_labels' raw_label)
+    without_ledger = arb.build_queue(VENUE, 11, standard_labels(VENUE), {}, {})
+    assert next(row for row in without_ledger.rows if row["item_id"] == "c3:thread")[f"{unparsed}_raw_answer"] \
+        == "Mostly true"
+
+
 def test_assets_build_queue_key_and_pending_canonical_labels(tmp_path, registry):
     lake_root = tmp_path / "lake"
     write_inputs(lake_root, VENUE, standard_labels(VENUE))
+    write_unparsed_calls(lake_root, {"call-b-c3-thread": "I would call it mostly true."})
     result = build(VENUE, registry, lake_root, dg.DagsterInstance.ephemeral())
     lake = Lake(lake_root)
     queue, key = lake.read_table("arbitration_queue", VENUE), lake.read_table("arbitration_key", VENUE)
     assert sorted(queue["item_id"]) == sorted(key["item_id"]) == ["c1:thread", "c3:thread", "c5:manuscript"]
+    c3 = queue.filter(pl.col("item_id") == "c3:thread").row(0, named=True)
+    assert {c3["candidate_1_raw_answer"], c3["candidate_2_raw_answer"]} == {"I would call it mostly true.", None}
     assert not {"labeller", "model", "role", "candidate_1_labeller"} & set(queue.columns)
     rows = canonical(lake_root, VENUE)
     assert {item: (r["label"], r["provenance"]) for item, r in rows.items()} == {
@@ -214,3 +241,74 @@ def test_sensor_requests_canonical_labels_only_for_the_venue_whose_ledger_grew(t
         audit_requests = human_decisions_sensor(dg.build_sensor_context(instance=instance, resources=resources))
         assert [(r.partition_key, r.asset_selection, r.run_key) for r in audit_requests] == [
             (VENUE, [dg.AssetKey("human_audit")], f"human_audit:{VENUE}:1")]
+
+
+# -- re-extraction ---------------------------------------------------------------------------------------------------
+
+ORPHANED = ARBITRATION | dg.AssetSelection.assets(ORPHANED_TABLE)
+REVIEW = "review-1"
+
+
+def write_extraction(lake_root, texts: list[str], model: str, prompt_hash: str) -> list[str]:
+    """review_claims as an extraction writes them (ids from the review id and the claim's text) and the labellers'
+    rows for them (each claim disagreed on, so each is queued); the claim ids, in `texts` order."""
+    ids = [rules.claim_id(REVIEW, text) for text in texts]
+    write_inputs(lake_root, VENUE, [row for cid in ids for row in pair(VENUE, cid, "thread", "Supported",
+                                                                        "Not Supported")])
+    claims = [{**dict.fromkeys(REVIEW_CLAIM_SCHEMA), "venue": VENUE, "claim_id": cid, "paper_id": "paper-1",
+               "review_id": REVIEW, "claim_order": order, "claim_text": text, "extractor_model": model,
+               "prompt_id": "extract_claims", "prompt_hash": prompt_hash, "call_id": f"{model}-{order}",
+               "absorbed_claim_ids": []}
+              for order, (cid, text) in enumerate(zip(ids, texts))]
+    Lake(lake_root).write_table("review_claims", VENUE, pl.DataFrame(claims, schema=REVIEW_CLAIM_SCHEMA))
+    return ids
+
+
+def orphan_check(result: dg.ExecuteInProcessResult) -> dg.AssetCheckEvaluation:
+    [evaluation] = [e for e in result.get_asset_check_evaluations() if e.check_name == ORPHANED_CHECK]
+    return evaluation
+
+
+def test_decisions_survive_re_extraction_of_an_unchanged_claim_and_are_listed_when_it_changed(tmp_path, registry):
+    lake_root = tmp_path / "lake"
+    instance = dg.DagsterInstance.ephemeral()
+    texts = ["The method is evaluated on a single dataset.", "The ablation removes the gating layer."]
+    first_ids = write_extraction(lake_root, texts, "extractor-model-1", "prompt-v1")
+    build(VENUE, registry, lake_root, instance, ORPHANED)
+    queue = {row["claim_id"]: row for row in Lake(lake_root).read_table("arbitration_queue", VENUE).to_dicts()}
+    item = queue[first_ids[0]]
+    decision = decide(item, "candidate_1", item["candidate_1_label"])
+    audited = new_decision(venue=VENUE, claim_id=first_ids[0], source="thread", kind="audit", action="decide",
+                           choice="label", label="Not Supported", annotator="carol", queue_version="v1")
+    DecisionLedger(lake_root, VENUE).append([decision])
+    DecisionLedger(lake_root, VENUE, "audit").append([audited])
+
+    # Extracted again by another model and prompt version, in another order and without the final period: the same
+    # normalised text, so the same ids, and the decision still gives the label.
+    again = write_extraction(lake_root, [texts[1], texts[0].rstrip(".")], "extractor-model-2", "prompt-v2")
+    assert again[::-1] == first_ids
+    result = build(VENUE, registry, lake_root, instance, ORPHANED)
+    label = canonical(lake_root, VENUE)[item["item_id"]]
+    assert (label["decision_id"], label["label"]) == (decision.decision_id, item["candidate_1_label"])
+    assert Lake(lake_root).read_table(ORPHANED_TABLE, VENUE).is_empty() and orphan_check(result).passed
+    assert orphaned_decisions_line(Lake(lake_root), VENUE) is None
+
+    # The first claim's text changed: a new id, so neither decision applies; both are listed, the ledgers unchanged.
+    changed = write_extraction(lake_root, ["The method is evaluated on two datasets.", texts[1]], "extractor-model-2",
+                               "prompt-v3")
+    assert changed[0] not in first_ids and changed[1] == first_ids[1]
+    result = build(VENUE, registry, lake_root, instance, ORPHANED)
+    assert item["item_id"] not in canonical(lake_root, VENUE)
+    lake = Lake(lake_root)
+    _, rows = lake.query(f"select kind, decision_id, claim_id, annotator, decided_at, reason from {ORPHANED_TABLE} "
+                         "order by kind")
+    assert [row[:5] for row in rows] == [
+        ("arbitration", decision.decision_id, first_ids[0], "alice", decision.decided_at),
+        ("audit", audited.decision_id, first_ids[0], "carol", audited.decided_at)]
+    assert all("its text changed" in row[5] for row in rows)
+    evaluation = orphan_check(result)
+    assert not evaluation.passed and evaluation.severity == dg.AssetCheckSeverity.WARN
+    assert orphaned_decisions_line(lake, VENUE) == (
+        f'2 human decisions no longer apply (their claims changed): see `peerify sql "select * from {ORPHANED_TABLE}"`')
+    assert DecisionLedger(lake_root, VENUE).read().decisions == [decision]
+    assert DecisionLedger(lake_root, VENUE, "audit").read().decisions == [audited]

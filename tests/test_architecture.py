@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
+from pathlib import Path
 
 
 def test_domain_does_not_import_dagster():
@@ -14,3 +16,37 @@ def test_domain_does_not_import_dagster():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+REPO = Path(__file__).resolve().parents[1]
+# Modules outside assets/ that need asset definitions themselves (not shared schemas or helpers): the code location,
+# and `peerify build`, which reads the predictions asset's inputs.
+ASSET_IMPORTERS = {"peerify_dagster/definitions.py", "peerify_dagster/cli/build.py"}
+
+
+def imported_modules(path: Path) -> set[str]:
+    """The absolute module names a file imports (`from assets import x` counts as `assets.x`)."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names |= {node.module} | {f"{node.module}.{alias.name}" for alias in node.names}
+    return names
+
+
+def asset_imports(path: Path) -> list[str]:
+    return sorted(name for name in imported_modules(path) if name.startswith("assets."))
+
+
+def test_asset_modules_do_not_import_each_other():
+    """Shared schemas and helpers live in peerify_dagster/domain or peerify_dagster/resources, never in an asset."""
+    offenders = {str(path.relative_to(REPO)): found for path in sorted((REPO / "assets").glob("*.py"))
+                 if (found := asset_imports(path))}
+    assert offenders == {}
+
+
+def test_only_the_code_location_and_build_import_asset_modules():
+    offenders = {name: found for path in sorted((REPO / "peerify_dagster").rglob("*.py"))
+                 if (name := str(path.relative_to(REPO))) not in ASSET_IMPORTERS and (found := asset_imports(path))}
+    assert offenders == {}

@@ -154,6 +154,25 @@ def test_claim_ids_are_stable_and_depend_on_review_and_normalised_text():
     assert len(identity) == 16 and identity != c.claim_id("r2", "The paper does not report variance.")
 
 
+def test_a_claim_extracted_again_with_the_same_text_keeps_its_id():
+    """Another model or prompt version (other call ids), another order and other formatting of the same claims: the
+    same ids, so the human decisions made on them still apply."""
+    def extraction(raws: list[str], call_id: str) -> list[c.Candidate]:
+        return [c.Candidate("r1", c.SOURCE_REVIEW, "r1", "weaknesses", WEAKNESSES, 0, raw, call_id) for raw in raws]
+
+    def embed(texts: list[str]) -> np.ndarray:
+        return np.stack([unit(1, 0) if "variance" in text else unit(0, 1) for text in texts])
+
+    first, _ = c.clean_claims(extraction(["The paper does not report variance across runs.",
+                                          "There is no ablation of anchors."], "call-of-model-1"), embed)
+    again, _ = c.clean_claims(extraction(["- There is no ablation of anchors",
+                                          "Weaknesses: \u201cThe paper does not report variance across runs.\u201d"],
+                                         "call-of-model-2"), embed)
+    assert sorted(k.claim_id for k in again) == sorted(k.claim_id for k in first)
+    assert {k.claim_id for k in first} == {c.claim_id("r1", "The paper does not report variance across runs."),
+                                           c.claim_id("r1", "There is no ablation of anchors.")}
+
+
 def test_exact_span_maps_back_to_the_original_text():
     text = "Weaknesses: - The paper does NOT report  variance across runs, so gains may be noise."
     start, end, kind, reason = c.find_span("The paper does not report variance across runs.", text[12:], 12)

@@ -4,7 +4,10 @@ another process holds the catalog open for writing. Nothing paid for is paid twi
 Dagster home is left clean.
 
 One scenario for the whole module; each test checks one promise of it. The venue is the sample drawn down to one
-paper (`sample_size: 1`), which keeps every LLM stage but makes about a fifth of the full sample's calls.
+paper (`sample_size: 1`), with the sample's LLM recording installed in the lake first, as `make demo` has it: the
+claim and labelling calls are answered from it, and the verifier's calls of a configuration the recording does not
+hold (`hybrid-top2`) are made live by the local model; the build is killed in the middle of those. The recorded calls
+are left out of every ledger promise below: nobody paid for them in this scenario.
 """
 
 from __future__ import annotations
@@ -17,9 +20,13 @@ import dagster as dg
 import polars as pl
 import pytest
 
+import pyarrow.parquet as pq
+
 from peerify_dagster.resources.lake import Lake
+from peerify_dagster.resources.llm_recording import install_recording
 from peerify_dagster.resources.runs import PID_TAG
 from peerify_dagster.testing.cli import (
+    SAMPLE_DIR,
     CliResult,
     KilledBuild,
     cli_env,
@@ -41,9 +48,13 @@ class Scenario:
     env: dict[str, str]
     killed: KilledBuild
     rebuilds: list[CliResult]
-    ledger: list[dict]
+    ledger: list[dict]  # the rows of calls made in this scenario (the recording's left out)
+    recorded: set[str]  # the call ids the installed recording answers
     runs: list[dg.DagsterRun]
     claimed_llm_slots: list
+
+    def made_before_kill(self) -> set[str]:
+        return self.killed.recorded_before_kill - self.recorded
 
 
 @pytest.fixture(scope="module")
@@ -51,11 +62,12 @@ def scenario(tmp_path_factory) -> Scenario:
     tmp = tmp_path_factory.mktemp("crash")
     home = fresh_home(tmp / "home")
     lake = Lake(tmp / "lake")
-    # The sample's default configurations but full-context and oracle: the promises below read hybrid-top3, and
-    # every call is made live here (a full-context call is a whole manuscript).
+    # One configuration the recording does not hold: its verifier calls are the ones made live (and killed).
     configurations = tmp / "configurations.yaml"
     configurations.write_text(CONFIGURATIONS)
     env = cli_env(lake.root, sample_registry(tmp, sample_size=1), home, PEERIFY_CONFIGURATIONS=str(configurations))
+    install_recording(lake.root, RECORDING)
+    recorded = set(pq.read_table(RECORDING, columns=["call_id"])["call_id"].to_pylist())
     killed = kill_during_llm_calls("sample", env, tmp / "killed", after_new_calls=5)
 
     # A notebook with the catalog open for writing, all through the rebuilds.
@@ -70,12 +82,14 @@ def scenario(tmp_path_factory) -> Scenario:
     with dg.DagsterInstance.from_config(str(home)) as instance:
         runs = instance.get_runs()
         claimed = instance.event_log_storage.get_concurrency_info("llm").claimed_slots
-    return Scenario(lake, home, env, killed, rebuilds, ledger_rows(lake.root), runs, claimed)
+    made = [row for row in ledger_rows(lake.root) if row["call_id"] not in recorded]
+    return Scenario(lake, home, env, killed, rebuilds, made, recorded, runs, claimed)
 
 
-# The configuration `make demo` predicts every claim of the sample under (configurations.yaml).
-PREDICTIONS = "hybrid-top3|sample"
-CONFIGURATIONS = "configurations:\n  hybrid-top3: {verifier: verifiers, mode: rag, retriever: hybrid, k: 3}\n"
+RECORDING = SAMPLE_DIR / "llm_recording.parquet"
+# `make demo`'s hybrid-top3 but showing two passages: calls the recording cannot answer.
+PREDICTIONS = "hybrid-top2|sample"
+CONFIGURATIONS = "configurations:\n  hybrid-top2: {verifier: verifiers, mode: rag, retriever: hybrid, k: 2}\n"
 
 
 def summary_rows(stdout: str, table: str) -> str:
@@ -85,7 +99,9 @@ def summary_rows(stdout: str, table: str) -> str:
 
 
 def killed_run(scenario: Scenario) -> dg.DagsterRun:
-    [run] = [run for run in scenario.runs if run.tags.get(PID_TAG) == str(scenario.killed.pid)]
+    """The run the kill interrupted (the killed build's venue run had finished before it)."""
+    [run] = [run for run in scenario.runs if run.tags.get(PID_TAG) == str(scenario.killed.pid)
+             and run.status != dg.DagsterRunStatus.SUCCESS]
     return run
 
 
@@ -95,8 +111,9 @@ def successes(scenario: Scenario) -> list[dict]:
 
 def test_the_kill_landed_in_the_middle_of_the_llm_calls(scenario):
     made = {row["call_id"] for row in successes(scenario)}
-    assert len(scenario.killed.recorded_before_kill) >= 5
-    assert scenario.killed.recorded_before_kill < made  # some calls were still to be made
+    assert len(scenario.made_before_kill()) >= 5
+    assert scenario.made_before_kill() < made  # some calls were still to be made
+    assert killed_run(scenario).job_name == "venue_predictions"
 
 
 def test_nothing_of_the_killed_build_keeps_running(scenario):
@@ -115,7 +132,7 @@ def test_two_rebuilds_at_once_both_succeed_while_the_catalog_is_held(scenario):
     assert len(waited) == 1  # one build of a venue at a time: the other took its turn
     assert all("catalog not refreshed" in r.stderr for r in scenario.rebuilds)  # said, not failed
     verified = scenario.lake.read_table("predictions", PREDICTIONS).height
-    assert [summary_rows(r.stdout, "predictions (hybrid-top3)") for r in scenario.rebuilds] == [str(verified)] * 2
+    assert [summary_rows(r.stdout, "predictions (hybrid-top2)") for r in scenario.rebuilds] == [str(verified)] * 2
 
 
 def test_calls_recorded_before_the_kill_are_not_made_again(scenario):
@@ -123,7 +140,7 @@ def test_calls_recorded_before_the_kill_are_not_made_again(scenario):
     repeated = {call_id: n for call_id, n in Counter(row["call_id"] for row in rows).items() if n > 1}
     assert repeated == {}
     run_of = {row["call_id"]: row["run_id"] for row in rows}
-    before = scenario.killed.recorded_before_kill
+    before = scenario.made_before_kill()
     assert {run_of[call_id] for call_id in before} == {killed_run(scenario).run_id}
     # The rest were made by one rebuild (its venue run and its predictions runs, one process); the build that came
     # second found every answer in the ledger.
@@ -135,12 +152,14 @@ def test_calls_recorded_before_the_kill_are_not_made_again(scenario):
 def test_the_dead_run_is_failed_and_its_pool_slot_freed(scenario):
     run = killed_run(scenario)
     assert run.status == dg.DagsterRunStatus.FAILURE
-    recovered = [r for r in scenario.rebuilds if f"run {run.run_id} (sample): pid {scenario.killed.pid} is gone" in
-                 r.stderr]
+    partition = run.tags["dagster/partition"]
+    recovered = [r for r in scenario.rebuilds if f"run {run.run_id} ({partition}): pid {scenario.killed.pid} is gone"
+                 in r.stderr]
     assert len(recovered) == 1  # the first rebuild to open the home recovered it
-    others = [r for r in scenario.runs if r.run_id != run.run_id]  # each rebuild: venue, predictions, results runs
-    assert {r.status for r in others} == {dg.DagsterRunStatus.SUCCESS}
-    assert len({r.tags.get(PID_TAG) for r in others}) == 2 and len(others) % 2 == 0
+    others = [r for r in scenario.runs if r.run_id != run.run_id]  # the killed build's venue run, then each
+    assert {r.status for r in others} == {dg.DagsterRunStatus.SUCCESS}  # rebuild's venue, predictions, results runs
+    rebuilt = [r for r in others if r.tags.get(PID_TAG) != str(scenario.killed.pid)]
+    assert len({r.tags.get(PID_TAG) for r in rebuilt}) == 2 and len(rebuilt) % 2 == 0
     assert scenario.claimed_llm_slots == []
 
 
@@ -154,4 +173,4 @@ def test_every_claim_is_verified_once_and_the_catalog_reads_again(scenario):
     counts = peerify("sql", "select count(*) as n, count(distinct call_id) as ids from llm_calls where error is null",
                      env=scenario.env)
     assert counts.returncode == 0, counts.stderr
-    assert counts.stdout.split()[-2:] == [str(len(made))] * 2
+    assert counts.stdout.split()[-2:] == [str(len(made | scenario.recorded))] * 2  # no call twice

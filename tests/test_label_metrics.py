@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from peerify_dagster.domain.label_metrics import (
-    UNPARSED, accuracy, cohen_kappa, confusion_matrix, macro_f1, per_class,
+    UNPARSED, accuracy, cohen_kappa, confusion_matrix, distribution_text, dominant_label, macro_f1, majority_baseline,
+    per_class,
 )
 
 S, P, N, D = "Supported", "Partially Supported", "Not Supported", "Not Determined"
@@ -64,3 +65,27 @@ def test_inputs_outside_the_vocabulary_are_refused_not_scored():
         accuracy([S, S], [S])
     with pytest.raises(ValueError, match="both raters"):
         cohen_kappa([S], [None])
+
+
+def test_majority_baseline_of_a_one_class_and_a_two_class_set():
+    one = majority_baseline([S, S, S])
+    # always Supported: every claim right; F1 1 for Supported, 0 for the three absent labels
+    assert (one.label, one.accuracy, one.macro_f1) == (S, 1.0, pytest.approx(1 / 4))
+    two = majority_baseline([N, S, N, N])
+    # always Not Supported: 3 of 4 right; its F1 = 2 * 3/4 * 1 / (3/4 + 1) = 6/7, Supported's 0
+    assert (two.label, two.accuracy, two.macro_f1) == (N, 0.75, pytest.approx((6 / 7) / 4))
+    tie = majority_baseline([N, S])  # a tie goes to the first label in the vocabulary's order
+    assert (tie.label, tie.accuracy) == (S, 0.5)
+    assert majority_baseline([]) is None
+
+
+def test_one_label_warns_from_exactly_ninety_percent_of_the_answers():
+    ninety = dominant_label({S: 9, N: 1})
+    assert (ninety.label, ninety.count, ninety.answered, ninety.share) == (S, 9, 10, "90%")
+    assert dominant_label({S: 89, N: 11}) is None  # 89%: no warning
+    assert dominant_label({S: 8, P: 1}) is None  # 88.9%
+    # no usable label is no answer: 9 Supported of 9 answers, whatever the parse failures
+    assert dominant_label({S: 9, UNPARSED: 5}).share == "100%"
+    assert dominant_label({UNPARSED: 4}) is None and dominant_label({}) is None
+    assert distribution_text({S: 46, P: 0, N: 1, UNPARSED: 0}) == "Supported 46, Not Supported 1"
+    assert distribution_text({UNPARSED: 0}) == "none"

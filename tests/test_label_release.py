@@ -20,6 +20,7 @@ import pytest
 
 from peerify_dagster import cli
 from peerify_dagster.domain import label_release as rel
+from peerify_dagster.domain import records
 from peerify_dagster.domain.labels import LABELS, NOT_SUPPORTED, SUPPORTED
 from peerify_dagster.domain.slices import SLICES
 from peerify_dagster.resources.decisions import DecisionLedger, new_decision
@@ -32,10 +33,15 @@ EXPECTED_FILES = sorted([name for s in SLICES for name in rel.slice_files(s)]
                         + [rel.CALLS, rel.DECISIONS, rel.DATASHEET, rel.MANIFEST])
 
 
-def _decide(lake: Path) -> dict[str, str]:
-    """Human decisions on three arbitration items (a candidate upheld, a third label, a decision retracted and another
-    made) and an audit of the audit sample (two annotators, one disagreement settled by consensus). Returns the
-    arbitrated item ids by what was decided."""
+# A note as pasted from a review: line and paragraph separators, which str.splitlines() would break a line at.
+PASTED_NOTE = "the authors conceded\u2028in their reply\u2029see the appendix\x85(twice)"
+
+
+def _decide(lake: Path, env: dict[str, str]) -> dict[str, str]:
+    """Human decisions on three arbitration items (a candidate upheld, imported with `peerify decisions import` from a
+    file whose note holds line separators; a third label; a decision retracted and another made) and an audit of the
+    audit sample (two annotators, one disagreement settled by consensus). Returns the arbitrated item ids by what was
+    decided."""
     queue = Lake(lake).read_table("arbitration_queue", "sample")  # SmolLM2's items: mostly one answer unparsed
     upheld = queue.filter(pl.col("candidate_1_label").is_not_null()).row(0, named=True)
     redone = queue.filter(pl.col("candidate_2_label").is_not_null() & (pl.col("item_id") != upheld["item_id"])).row(
@@ -50,10 +56,15 @@ def _decide(lake: Path) -> dict[str, str]:
                             action="decide", choice=choice, label=label, annotator="alice",
                             queue_version=row["queue_version"], **extra)
 
+    answers = lake.parent / "answers.jsonl"
+    answers.write_text(json.dumps({"venue": "sample", "item_id": upheld["item_id"], "choice": "candidate_1",
+                                   "queue_version": upheld["queue_version"], "note": PASTED_NOTE},
+                                  ensure_ascii=False) + "\n", encoding="utf-8")
+    imported = peerify("decisions", "import", str(answers), "--venue", "sample", "--annotator", "alice", env=env)
+    assert imported.returncode == 0, imported.stderr
     ledger = DecisionLedger(lake, "sample")
     first_try = arbitration(redone, "candidate_2", redone["candidate_2_label"])
-    ledger.append([arbitration(upheld, "candidate_1", upheld["candidate_1_label"]),
-                   arbitration(third, "third_label", not_offered(third)), first_try])
+    ledger.append([arbitration(third, "third_label", not_offered(third)), first_try])
     ledger.append([new_decision(venue="sample", claim_id=redone["claim_id"], source=redone["source"],
                                 kind="arbitration", action="retract", choice=None, label=None, annotator="alice",
                                 queue_version=redone["queue_version"], supersedes=first_try.decision_id)])
@@ -85,7 +96,7 @@ def released(tmp_path_factory):
     for step in (("build", "sample"), ("audit", "sample", "--venue", "sample", "--n", "4")):
         done = peerify(*step, env=env, timeout=900)
         assert done.returncode == 0, done.stderr[-3000:]
-    decided = _decide(lake)
+    decided = _decide(lake, env)
     rebuilt = peerify("build", "sample", env=env, timeout=900)
     assert rebuilt.returncode == 0, rebuilt.stderr[-3000:]
     release = peerify("release", "--venue", "sample", "--version", VERSION, env=env, timeout=600)
@@ -179,6 +190,9 @@ def test_release_folder_manifest_and_provenance(released):
     sheet = (folder / rel.DATASHEET).read_text()
     assert "CC BY 4.0" in sheet and "| HumanVerified | 4 |" in sheet and "## Known limits" in sheet
     assert rel.sha256_hex((folder / rel.MANIFEST).read_bytes()) in released["stdout"]
+    # the slice file its gates judged, which is the file released
+    shipped = released["lake"] / "benchmark_slices" / "sample.parquet"
+    assert manifest["slices_sha256"] == {"sample": rel.sha256_hex(shipped.read_bytes())}
 
 
 def test_release_loads_with_the_datasets_library(released, tmp_path):
@@ -242,7 +256,7 @@ def test_a_venue_whose_blocking_gate_failed_is_not_released(released, tmp_path):
                                slices={"min_size": {"PaperSourced": 1000}})
     with pytest.MonkeyPatch.context() as env:
         env.setenv("DAGSTER_HOME", str(home))
-        instance, _ = open_instance("test", on_wait=lambda _: None)
+        instance, _ = open_instance(home, "test", on_wait=lambda _: None)
         with instance:
             run = dg.materialize(ALL_ASSETS, selection=["benchmark_slices"], instance=instance, partition_key="sample",
                                  resources=build_resources(str(lake), venue_registry=VenueRegistryResource(
@@ -250,9 +264,82 @@ def test_a_venue_whose_blocking_gate_failed_is_not_released(released, tmp_path):
     [size_gate] = [e for e in run.get_asset_check_evaluations() if e.check_name == "slice_sizes_at_least_minimum"]
     assert not size_gate.passed
     done = peerify("release", "--venue", "sample", "--version", "2.0.0", env=cli_env(lake, registry, home), timeout=300)
-    assert done.returncode == 1
+    assert done.returncode == 2
     assert "blocking gate slice_sizes_at_least_minimum failed" in done.stderr and "PaperSourced" in done.stderr
     assert not (lake / "releases" / "2.0.0").exists()
+
+
+def _copy_built(released, tmp_path) -> tuple[Path, Path, dict[str, str]]:
+    """A copy of the released sample's lake (without its releases) and Dagster home, and the environment to use them."""
+    lake, home = tmp_path / "lake", tmp_path / "home"
+    shutil.copytree(released["lake"], lake, ignore=shutil.ignore_patterns("releases"))
+    shutil.copytree(released["home"], home)
+    return lake, home, cli_env(lake, released["registry"], home)
+
+
+def _refusals(done, version: str) -> list[str]:
+    return [line for line in done.stderr.splitlines() if line.startswith(f"release {version} refused: ")]
+
+
+def test_a_release_after_a_new_decision_is_refused_until_the_venue_is_rebuilt(released, tmp_path):
+    """The issue's case: a decision recorded after the build. The release names the ledger and the rebuild; after
+    `peerify build sample` the release carries the decision."""
+    lake, _, env = _copy_built(released, tmp_path)
+    queue = Lake(lake).read_table("arbitration_queue", "sample")
+    undecided = queue.filter(~pl.col("item_id").is_in(list(released["decided"].values()))
+                             & pl.col("candidate_1_label").is_not_null()).sort("source").row(0, named=True)
+    decision = new_decision(venue="sample", claim_id=undecided["claim_id"], source=undecided["source"],
+                            kind="arbitration", action="decide", choice="candidate_1",
+                            label=undecided["candidate_1_label"], annotator="dana",
+                            queue_version=undecided["queue_version"])
+    DecisionLedger(lake, "sample").append([decision])
+
+    refused = peerify("release", "--venue", "sample", "--version", "1.1.0", env=env, timeout=300)
+    assert refused.returncode == 2, refused.stderr[-2000:]
+    [line] = _refusals(refused, "1.1.0")
+    assert "the arbitration decisions ledger" in line and "arbitration.jsonl" in line
+    assert "newer than the benchmark_slices" in line and line.endswith("rebuild first: peerify build sample")
+    assert not (lake / "releases" / "1.1.0").exists()
+
+    assert peerify("build", "sample", env=env, timeout=900).returncode == 0
+    done = peerify("release", "--venue", "sample", "--version", "1.1.0", env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    folder = lake / "releases" / "1.1.0"
+    released_ids = {json.loads(line)["decision_id"] for line in (folder / rel.DECISIONS).read_text().splitlines()}
+    assert decision.decision_id in released_ids
+    rows = pl.concat([pl.read_parquet(folder / f"{name}.parquet") for name in SLICES])
+    decided = rows.filter((pl.col("claim_id") == undecided["claim_id"]) & (pl.col("gold_source") == undecided["source"]))
+    assert decided.height and set(decided["gold_decision_ids"].explode()) == {decision.decision_id}
+    manifest = json.loads((folder / rel.MANIFEST).read_text())
+    shipped = Lake(lake).table_path("benchmark_slices", "sample").read_bytes()
+    assert manifest["slices_sha256"] == {"sample": rel.sha256_hex(shipped)}
+
+
+def test_a_slice_file_changed_after_its_gates_ran_is_not_released(released, tmp_path):
+    """The gates passed one file; the lake now holds another (same rows, written again): its hash differs, and both
+    `peerify release` and the asset itself (a run from the UI) refuse it."""
+    from peerify_dagster.definitions import build_resources
+    from peerify_dagster.resources.dagster_resources import VenueRegistryResource
+    from peerify_dagster.resources.runs import open_instance
+
+    lake, home, env = _copy_built(released, tmp_path)
+    path = Lake(lake).table_path("benchmark_slices", "sample")
+    pl.read_parquet(path).write_parquet(path, compression="uncompressed")
+    done = peerify("release", "--venue", "sample", "--version", "1.2.0", env=env, timeout=300)
+    assert done.returncode == 2
+    [line] = _refusals(done, "1.2.0")
+    assert f"sha256 {rel.sha256_hex(path.read_bytes())}) is not the file its gates judged" in line
+    assert line.endswith("rebuild first: peerify build sample")
+    instance, _ = open_instance(home, "test", on_wait=lambda _: None)
+    with instance:
+        run = dg.materialize(ALL_ASSETS, selection=["label_release"], instance=instance, raise_on_error=False,
+                             resources=build_resources(str(lake), venue_registry=VenueRegistryResource(
+                                 path=str(released["registry"]))),
+                             run_config={"ops": {"label_release": {"config": {"version": "1.2.0",
+                                                                              "venues": ["sample"]}}}})
+    [failure] = [e for e in run.all_events if e.is_step_failure]
+    assert "is not the file its gates judged" in failure.event_specific_data.user_failure_data.description
+    assert not (lake / "releases" / "1.2.0").exists()
 
 
 # -- verify ------------------------------------------------------------------------------------------------------------
@@ -264,6 +351,28 @@ def test_verify_accepts_the_release_and_its_published_manifest_hash(released):
     assert f"release {VERSION} verified" in done.stdout
     assert peerify("release", "verify", str(released["tmp"] / "nowhere"), env=released["env"]).returncode == 2
     assert peerify("release", "verify", env=released["env"]).returncode == 2  # no folder: argparse's usage error
+
+
+def test_a_released_note_with_line_separators_reads_back_and_verifies(released, capsys):
+    data = (released["folder"] / rel.DECISIONS).read_bytes()
+    [upheld] = [line.record for line in records.json_lines(data)
+                if line.record["item_id"] == released["decided"]["upheld"]]
+    assert upheld["note"] == PASTED_NOTE
+    manifest = json.loads((released["folder"] / rel.MANIFEST).read_text())
+    assert len(data.decode().splitlines()) == manifest["files"][rel.DECISIONS]["rows"]  # escaped: one line each
+    assert verify_exit(released["folder"], capsys) == (0, "")
+
+
+def test_verify_and_rebuild_name_a_slice_file_that_is_not_utf8(copy, capsys):
+    path = copy / "LLMJudged.jsonl"
+    lines = path.read_bytes().split(b"\n")
+    lines[1] = lines[1].replace(b'"claim_id": "', b'"claim_id": "\xff', 1)
+    path.write_bytes(b"\n".join(lines))
+    code, err = verify_exit(copy, capsys)
+    assert code == 1 and err.startswith(f"MISMATCH in release {copy}: LLMJudged.jsonl: content changed"), err
+    assert "also: LLMJudged.jsonl:2: not UTF-8 (byte 0xff at column" in err and "Traceback" not in err
+    assert cli.main(["rebuild-from-release", str(copy)]) == 1
+    assert "the release does not verify: LLMJudged.jsonl: content changed" in capsys.readouterr().err
 
 
 def _flip_byte(folder: Path) -> str:

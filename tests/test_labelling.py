@@ -144,6 +144,47 @@ def test_a_one_class_table_reports_kappa_as_undefined_not_as_a_number():
         lab.agreement([(S, "Maybe")])
 
 
+def agreement_row(source: str, pairs: list[tuple[str, str]], claim_type: str = "all") -> dict:
+    """A labeller_agreement row (the columns agreement_warnings reads) of these (A, B) pairs."""
+    result = lab.agreement(pairs)
+    return {"source": source, "claim_type": claim_type, "kappa_status": result.kappa_status,
+            "confusion": result.table}
+
+
+def test_an_undefined_kappa_comes_with_a_sentence_saying_why():
+    one_label = lab.summarise([lab.LabelledItem(f"c{i}", "thread", None, S, S, True, True) for i in range(5)])
+    sentence = ("Cohen's kappa is undefined: both labellers gave Supported to all 5 items, so chance agreement is 1 "
+                "and agreement beyond chance cannot be measured; the raw agreement of 1.000 only says they never "
+                "differed.")
+    assert lab.describe(one_label).endswith(sentence)
+    assert lab.agreement_warnings([agreement_row("thread", [(S, S)] * 5, "factual")]) == [
+        f"thread, claim type factual: {sentence}"]
+    # a single claim type repeats its source's row word for word: said once
+    assert lab.agreement_warnings([agreement_row("thread", [(S, S)] * 5), agreement_row("thread", [(S, S)] * 5,
+                                                                                        "factual")]) == [
+        f"thread, claim type all: {sentence}"]
+    assert lab.agreement_warnings([agreement_row("thread", [])]) == [
+        "thread, claim type all: Cohen's kappa is undefined: no item has a usable label from both labellers."]
+    defined = lab.summarise([lab.LabelledItem("c1", "thread", None, S, S, True, True),
+                             lab.LabelledItem("c2", "thread", None, N, N, True, True)])
+    assert "undefined" not in lab.describe(defined)
+
+
+def test_a_labeller_giving_one_label_to_ninety_percent_of_the_pairs_is_named_and_eighty_nine_is_not():
+    ninety = [(S, S)] * 5 + [(S, N)] * 4 + [(N, N)]  # A: Supported 9 of 10; B: 5 of 10
+    eighty_nine = [(S, S)] * 50 + [(S, N)] * 39 + [(N, N)] * 11  # A: Supported 89 of 100
+    assert lab.agreement_warnings([agreement_row("manuscript", ninety), agreement_row("thread", eighty_nine)]) == [
+        "Labeller a answered Supported to 9 of the 10 manuscript items both labellers labelled (90%): raw agreement "
+        "mostly reflects how common Supported is; read kappa and the table, not raw agreement."]
+    # a claim type's row and the pooled source repeat what the source's `all` row says: no warning of their own
+    assert lab.agreement_warnings([agreement_row("manuscript", ninety, "factual"), agreement_row("all", ninety)]) == []
+    # B's answers are the table's columns
+    assert lab.agreement_warnings([agreement_row("thread", [(N, D)] * 9 + [(S, D)])])[0].startswith(
+        "Labeller a answered Not Supported to 9 of the 10")
+    assert "Labeller b answered Not Determined to 10 of the 10 thread items" in \
+        lab.agreement_warnings([agreement_row("thread", [(N, D)] * 9 + [(S, D)])])[1]
+
+
 def test_items_without_a_call_and_parse_failures_are_counted_apart():
     rows = [
         {"claim_id": "c1", "source": "thread", "labeller": "a", "label": S, "call_id": "x1"},

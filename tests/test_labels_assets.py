@@ -224,3 +224,8 @@ def test_agreement_matches_the_labels_it_summarises(built):
     assert {("thread", "all"), ("manuscript", "all"), ("thread", "factual")} <= sources
     md = first.asset_materializations_for_node("labeller_agreement")[0].metadata["agreement_thread"].value
     assert "| A \\ B | Supported | Partially Supported | Not Supported | Not Determined |" in md
+    # ... which the metadata says in words, for each source with pairs
+    warnings = first.asset_materializations_for_node("labeller_agreement")[0].metadata["warnings"].value
+    sources = [w.split(" items")[0].rsplit(" ", 1)[-1] for w in warnings
+               if w.startswith("Labeller a answered Supported")]
+    assert sources == ["thread", "manuscript"]

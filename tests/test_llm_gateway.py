@@ -36,6 +36,7 @@ from peerify_dagster.resources.llm_gateway import (
     BackendUnavailableError,
     BudgetExceeded,
     CallFailedError,
+    CallLedger,
     ConfigurationError,
     LLMGateway,
     ModelRegistry,
@@ -650,6 +651,29 @@ def test_token_budget_stops_the_batch_cleanly_and_keeps_recorded_calls(
     assert 2 <= made <= 3 < len(items) - 1
     assert len(ledger_rows(lake)) == 1 + made  # every call made is recorded, none half-written
     assert sum(result is not None for result in raised.value.results) == made
+
+
+def test_a_build_budget_counts_every_step_and_run_of_the_build_from_the_ledger(
+    tmp_path: Path, models_file: Path, env: dict[str, str], openai_server: ScriptedOpenAIServer
+) -> None:
+    """Each step opens its own gateway: a later step of the same run, and a later run given the build's earlier run
+    ids, find the budget already spent in the ledger and call nothing; another run's spend does not count."""
+    lake = tmp_path / "lake"
+    items = [{"claim": f"Claim number {i}.", "author_response": "We disagree."} for i in range(3)]
+    with make_gateway(lake, models_file, env, run_id="other") as other:  # spend of a run outside the build
+        other.call("labeller_a", "label_rebuttal", items[2])
+    with make_gateway(lake, models_file, env, run_id="first", max_cost_usd=0.01, budget_run_ids=[]) as first_step:
+        first_step.call("labeller_a", "label_rebuttal", items[0])  # one call at the test prices costs over a cent
+    assert CallLedger(lake).spent_by_runs(["first"])[0] == 1
+    made = openai_server.request_count
+    for run_id, earlier in (("first", []), ("second", ["first"])):
+        with make_gateway(lake, models_file, env, run_id=run_id, max_cost_usd=0.01, budget_run_ids=earlier) as step:
+            with pytest.raises(BudgetExceeded, match=r"reached the build budget \$0\.0100"):
+                step.call("labeller_a", "label_rebuttal", items[1])
+    assert openai_server.request_count == made
+    with make_gateway(lake, models_file, env, run_id="third", max_cost_usd=0.01, budget_run_ids=["other2"]) as fresh:
+        fresh.call("labeller_a", "label_rebuttal", items[1])  # a build whose runs spent nothing yet
+    assert openai_server.request_count == made + 1
 
 
 def test_map_keeps_order_isolates_bad_items_and_reports_progress(

@@ -13,7 +13,7 @@ from assets.predictions import PREDICTION_SCHEMA
 from peerify_dagster.definitions import build_resources
 from peerify_dagster.domain import metrics as m
 from peerify_dagster.domain.slices import SLICE_SCHEMA
-from peerify_dagster.partitions import configuration_partitions, prediction_key, venue_partitions
+from peerify_dagster.partitions import add_venue_partitions, prediction_key
 from peerify_dagster.resources.lake import Lake
 from tests.support import ALL_ASSETS
 
@@ -110,6 +110,48 @@ def test_a_slice_of_a_single_class_and_gold_from_the_slices():
     assert (per_class[N]["precision"], per_class[N]["support"]) == (0.0, 0)  # predicted once, never right
     assert row["macro_f1"] == pytest.approx(0.5 / 4)
     assert rows[("oracle", "PaperSourced")]["accuracy"] == 1.0
+    # the majority-class baseline of a one-class slice: always Supported is always right, macro-F1 1/4
+    assert (row["majority_label"], row["majority_accuracy"], row["majority_macro_f1"]) == (S, 1.0, 0.25)
+    assert rows[("oracle", "PaperSourced")]["majority_accuracy"] == 1.0  # the slice's, whoever is scored
+
+
+def test_the_majority_baseline_of_a_two_class_slice_comes_from_its_gold_labels():
+    gold = {"t1": N, "t2": N, "t3": N, "t4": S}
+    rows = [prediction("rag", claim, S) for claim in gold]  # a verifier saying Supported throughout
+    row = m.slice_metrics(VENUE, pl.DataFrame(rows, schema=PREDICTION_SCHEMA),
+                          pl.DataFrame(slice_rows("LLMJudged", gold), schema=SLICE_SCHEMA)) \
+        .filter(pl.col("slice") == "LLMJudged").row(0, named=True)
+    # always Not Supported: 3 of 4 right; F1 (Not Supported) = 2 * 3/4 * 1 / (3/4 + 1) = 6/7, the others 0
+    assert (row["majority_label"], row["majority_accuracy"]) == (N, 0.75)
+    assert row["majority_macro_f1"] == pytest.approx((6 / 7) / 4)
+    assert row["accuracy"] == 0.25
+
+
+def one_label_run(verifier: str, n_supported: int, n_other: int, n_unparsed: int = 0) -> list[dict]:
+    labels = [S] * n_supported + [N] * n_other + [None] * n_unparsed
+    return [prediction("rag", f"u{i}", label, verifier=verifier) for i, label in enumerate(labels)]
+
+
+def test_a_verifier_answering_one_label_to_ninety_percent_or_more_is_warned_about_and_eighty_nine_is_not():
+    gold = {f"u{i}": S if i < 95 else N for i in range(100)}
+    runs = one_label_run("ninety", 90, 10) + one_label_run("eighty-nine", 89, 11) + one_label_run("unparsed", 9, 0, 91)
+    frame = m.slice_metrics(VENUE, pl.DataFrame(runs, schema=PREDICTION_SCHEMA),
+                            pl.DataFrame(slice_rows("LLMJudged", gold), schema=SLICE_SCHEMA))
+    assert m.one_label_warnings(frame) == [
+        "Verifier ninety (rag) answered Supported to 90 of 100 claims (90%) on LLMJudged: its accuracy mostly "
+        "reflects the share of Supported claims; compare with the majority baseline 0.95 (always answering "
+        "Supported).",
+        # no usable label is no answer: 9 of its 9 answers say Supported
+        "Verifier unparsed (rag) answered Supported to 9 of 9 claims (100%) on LLMJudged, and no usable label for 91 "
+        "more: its accuracy mostly reflects the share of Supported claims; compare with the majority baseline 0.95 "
+        "(always answering Supported).",
+    ]
+    markdown = m.metrics_markdown(frame)
+    assert "**Warning:** Verifier ninety (rag) answered Supported to 90 of 100 claims (90%)" in markdown
+    assert "Verifier eighty-nine" not in markdown
+    # the predicted labels, and the baseline: always Supported, 95 of 100 right, F1 2 * .95 / 1.95 over 4 labels
+    assert "| rag | eighty-nine | empty | Supported 89, Not Supported 11 | empty | empty | empty |" in markdown
+    assert "| majority-class baseline | - | - | 0.95 / 0.24 (always Supported) | - | - | - |" in markdown
 
 
 def test_rows_only_for_the_slices_a_configuration_covers_and_empty_slices_said_so():
@@ -124,6 +166,11 @@ def test_rows_only_for_the_slices_a_configuration_covers_and_empty_slices_said_s
     markdown = m.metrics_markdown(frame)
     assert "| rag | model-a | 0.33 / 0.12 (n=3) | empty | 0.33 / 0.29 (n=6) | empty | empty | empty |" in markdown
     assert "| oracle | model-a | 1.00 / 0.25 (n=3) | - | - | - | - | - |" in markdown
+    # the baseline of every slice with claims, the predicted labels of each configuration
+    assert "| majority-class baseline | - | 1.00 / 0.25 (always Supported) | - | 0.33 / 0.12 (always Supported) |" \
+        in markdown
+    assert "| rag | model-a | Supported 1, Not Supported 1, unparsed 1 | empty | Supported 1, Not Supported 2, " \
+           "unparsed 3 | empty | empty | empty |" in markdown
 
 
 def test_each_verifier_of_a_configuration_is_scored_on_its_own():
@@ -189,11 +236,10 @@ def test_metrics_and_token_costs_materialise_from_the_lake_into_the_catalog(tmp_
     lake.write_table("benchmark_slices", VENUE, slices())
     built = predictions()
     for configuration in ("rag", "oracle"):
-        lake.write_table("predictions", str(prediction_key(VENUE, configuration)),
+        lake.write_table("predictions", prediction_key(VENUE, configuration),
                          built.filter(pl.col("configuration") == configuration))
     instance = dg.DagsterInstance.ephemeral()
-    instance.add_dynamic_partitions(venue_partitions.name, [VENUE])
-    instance.add_dynamic_partitions(configuration_partitions.name, ["rag", "oracle", "never-built"])
+    add_venue_partitions(instance, VENUE, ["rag", "oracle", "never-built"])
     result = dg.materialize(ALL_ASSETS, selection=["metrics", "token_costs"], instance=instance, partition_key=VENUE,
                             resources=build_resources(str(lake.root)), raise_on_error=False)
     assert result.success
@@ -204,6 +250,13 @@ def test_metrics_and_token_costs_materialise_from_the_lake_into_the_catalog(tmp_
     materialised = {e.asset_key.to_user_string(): e.event_specific_data.materialization.metadata
                     for e in result.all_events if e.is_step_materialization}
     assert "| oracle | model-a | 1.00 / 0.25 (n=3) |" in materialised["metrics"]["accuracy_macro_f1"].value
+    assert "| majority-class baseline | - | 1.00 / 0.25 (always Supported) |" in \
+        materialised["metrics"]["accuracy_macro_f1"].value
+    # the oracle says Supported to all three PaperSourced claims
+    assert materialised["metrics"]["one_label_warnings"].value == [
+        "Verifier model-a (oracle) answered Supported to 3 of 3 claims (100%) on PaperSourced: its accuracy mostly "
+        "reflects the share of Supported claims; compare with the majority baseline 1.00 (always answering "
+        "Supported)."]
     assert "ratio_to_full_context" in materialised["token_costs"]["token_costs"].value
     for metadata in materialised.values():  # every column says what it means in the UI
         assert all((column.description or "").strip() for column in metadata["dagster/column_schema"].value.columns)
@@ -217,10 +270,9 @@ def test_metrics_and_token_costs_materialise_from_the_lake_into_the_catalog(tmp_
 def test_a_run_the_metrics_cannot_score_fails_naming_it(tmp_path):
     lake = Lake(tmp_path / "lake")
     lake.write_table("benchmark_slices", VENUE, slices())
-    lake.write_table("predictions", str(prediction_key(VENUE, "rag")), pl.concat([predictions().head(2)] * 2))
+    lake.write_table("predictions", prediction_key(VENUE, "rag"), pl.concat([predictions().head(2)] * 2))
     instance = dg.DagsterInstance.ephemeral()
-    instance.add_dynamic_partitions(venue_partitions.name, [VENUE])
-    instance.add_dynamic_partitions(configuration_partitions.name, ["rag"])
+    add_venue_partitions(instance, VENUE, ["rag"])
     result = dg.materialize(ALL_ASSETS, selection=["metrics"], instance=instance, partition_key=VENUE,
                             resources=build_resources(str(lake.root)), raise_on_error=False)
     assert not result.success

@@ -12,7 +12,7 @@ import pytest
 
 from peerify_dagster.definitions import build_resources
 from peerify_dagster.domain import predictions as pred
-from peerify_dagster.partitions import configuration_partitions, prediction_key, venue_partitions
+from peerify_dagster.partitions import add_venue_partitions, prediction_key
 from peerify_dagster.resources.lake import Lake
 from peerify_dagster.resources.nli import NliClassifier
 from tests.support import ALL_ASSETS
@@ -111,8 +111,7 @@ def test_an_nli_configuration_predicts_every_claim_without_an_llm(tmp_path, monk
     lake = Lake(tmp_path / "lake")
     nli_lake(lake)
     instance = dg.DagsterInstance.ephemeral()
-    instance.add_dynamic_partitions(venue_partitions.name, ["v"])
-    instance.add_dynamic_partitions(configuration_partitions.name, ["nli-top3"])
+    add_venue_partitions(instance, "v", ["nli-top3"])
     result = dg.materialize(ALL_ASSETS, selection=["predictions"], instance=instance,
                             partition_key=prediction_key("v", "nli-top3"), resources=build_resources(str(lake.root)),
                             raise_on_error=False)

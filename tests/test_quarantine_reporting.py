@@ -9,7 +9,7 @@ import polars as pl
 import pytest
 
 from peerify_dagster.definitions import build_resources
-from peerify_dagster.partitions import configuration_partitions, prediction_key, venue_partitions
+from peerify_dagster.partitions import add_venue_partitions, prediction_key
 from peerify_dagster.resources.dagster_resources import VenueRegistryResource
 from peerify_dagster.resources.lake import Lake
 from peerify_dagster.resources.llm_gateway import CallLedger
@@ -25,10 +25,7 @@ CONFIGURATION = "hybrid-top3"  # a configuration of the shipped configurations.y
 
 def verify(lake: Lake, instance: dg.DagsterInstance, registry) -> dg.ExecuteInProcessResult:  # noqa: ANN001
     """Materialise the predictions of one configuration alone, their inputs read from the lake."""
-    if not instance.has_dynamic_partition(venue_partitions.name, "sample"):
-        instance.add_dynamic_partitions(venue_partitions.name, ["sample"])
-    if not instance.has_dynamic_partition(configuration_partitions.name, CONFIGURATION):
-        instance.add_dynamic_partitions(configuration_partitions.name, [CONFIGURATION])
+    add_venue_partitions(instance, "sample", [CONFIGURATION])
     resources = build_resources(str(lake.root), venue_registry=VenueRegistryResource(path=str(registry)))
     return dg.materialize(ALL_ASSETS, selection=["predictions"], instance=instance,
                           partition_key=prediction_key("sample", CONFIGURATION), resources=resources,
@@ -61,7 +58,7 @@ def test_the_verification_step_names_a_quarantined_segment_and_its_calls(tmp_pat
         monkeypatch.setenv("PEERIFY_MODELS_FILE", str(models_file(tmp_path, server.base_url)))
         monkeypatch.setenv("LOOPBACK_API_KEY", "test-key")
         first = verify(lake, instance, registry)
-        [call_id] = lake.read_table("predictions", str(prediction_key("sample", CONFIGURATION)))["call_id"].to_list()
+        [call_id] = lake.read_table("predictions", prediction_key("sample", CONFIGURATION))["call_id"].to_list()
         [segment] = [p for p in (lake.root / "llm_calls").glob("part-*.parquet") if p.stat().st_size > 0]
         truncate(segment)
         second = verify(lake, instance, registry)

@@ -164,10 +164,11 @@ def test_jsonl_rejections_name_the_line_and_write_nothing(tmp_path, venue, capsy
     good = {**records["c5:manuscript"], "label": "Not Determined"}
     bad = {**records["c1:thread"], **change}
     capsys.readouterr()
-    assert import_file(write_jsonl(tmp_path / "answers.jsonl", [good, bad])) == 2
+    path = write_jsonl(tmp_path / "answers.jsonl", [good, bad])
+    assert import_file(path) == 2
     err = capsys.readouterr().err
     assert "nothing was imported" in err, err
-    assert [line for line in err.splitlines() if line.strip().startswith("line 2:") and reason in line], err
+    assert [line for line in err.splitlines() if line.strip().startswith(f"{path}:2: ") and reason in line], err
     assert not venue["ledger"].path.exists()
 
 
@@ -182,10 +183,10 @@ def test_every_problem_of_a_file_is_reported_at_once(tmp_path, venue, capsys):
     assert import_file(path) == 2
     err = capsys.readouterr().err
     assert "rejected" in err and "4 problem(s)" in err
-    assert "line 2: not valid JSON" in err
-    assert "line 1: duplicate answer for c1:thread (also line 3)" in err
-    assert "line 3: duplicate answer for c1:thread (also line 1)" in err
-    assert f"line 4: {unusable} has no usable label" in err
+    assert f"{path}:2: not valid JSON" in err
+    assert f"{path}:1: duplicate answer for c1:thread (also line 3)" in err
+    assert f"{path}:3: duplicate answer for c1:thread (also line 1)" in err
+    assert f"{path}:4: {unusable} has no usable label" in err
     assert not venue["ledger"].path.exists()
 
 
@@ -200,7 +201,7 @@ def test_csv_and_labelstudio_rejections(tmp_path, venue, capsys):
     capsys.readouterr()
     assert import_file(path) == 2
     err = capsys.readouterr().err
-    assert "line 2: missing field(s) venue" in err
+    assert f"{path}:2: missing field(s) venue" in err
 
     tasks = [{"data": {"item_id": "c1:thread", "venue": VENUE, "queue_version": rows[0]["queue_version"]}}]
     twice = labelstudio_export(tasks, {"c1:thread": ["Supported", "Not Supported"]})
@@ -211,7 +212,7 @@ def test_csv_and_labelstudio_rejections(tmp_path, venue, capsys):
     ls_path.write_text(json.dumps(twice + wrong))
     assert import_file(ls_path) == 2
     err = capsys.readouterr().err
-    assert "task 1 (id 1): 2 annotations; export one per task" in err
+    assert f"{ls_path}: task 1 (id 1): 2 annotations; export one per task" in err
     assert "task 2 (id 2): item 'c1:manuscript': known claim, but this item is not in the arbitration queue" in err
     assert "task 2 (id 2): label 'Refuted' is not one of" in err
     assert not venue["ledger"].path.exists()

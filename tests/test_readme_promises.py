@@ -19,7 +19,7 @@ from peerify_dagster.definitions import build_resources
 from peerify_dagster.jobs import REFRESH_RUN_CONFIG
 from peerify_dagster.sensors import venue_refresh_schedule
 from peerify_dagster.partitions import venue_partitions
-from peerify_dagster.resources.dagster_resources import OpenReviewResource, VenueRegistryResource
+from peerify_dagster.resources.dagster_resources import LakeResource, OpenReviewResource, VenueRegistryResource
 from peerify_dagster.resources.lake import Lake
 from peerify_dagster.testing.openreview_server import FakeOpenReviewServer
 from tests.support import ALL_ASSETS, SAMPLE, materialise, write_registry
@@ -87,7 +87,8 @@ def test_weekly_refresh_run_requests_refetch_when_run(crawled, tmp_path):
     with FakeOpenReviewServer(served) as server, dg.instance_for_test() as instance, set_defs_state_storage(None):
         registry = VenueRegistryResource(path=str(live_registry(tmp_path, server.url)))
         instance.add_dynamic_partitions(venue_partitions.name, [KEY])
-        context = dg.build_schedule_context(instance=instance, resources={"venue_registry": registry},
+        context = dg.build_schedule_context(instance=instance, resources={"venue_registry": registry,
+                                                                          "lake": LakeResource(root=str(lake_root))},
                                             scheduled_execution_time=datetime.datetime(2026, 11, 30, 3))
         [request] = venue_refresh_schedule(context)
         assert request.run_config == REFRESH_RUN_CONFIG

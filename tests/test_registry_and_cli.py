@@ -13,10 +13,11 @@ import pytest
 from dagster._core.storage.defs_state.base import set_defs_state_storage
 
 from peerify_dagster import cli
-from peerify_dagster.sensors import venue_refresh_schedule, venue_registry_sensor
+from peerify_dagster.resources import runs
+from peerify_dagster.sensors import snapshot_build_sensor, venue_refresh_schedule, venue_registry_sensor
 from peerify_dagster.domain.venues import RegistryError, Venue, add_venue, load_registry
 from peerify_dagster.partitions import venue_partitions
-from peerify_dagster.resources.dagster_resources import VenueRegistryResource
+from peerify_dagster.resources.dagster_resources import LakeResource, VenueRegistryResource
 from peerify_dagster.resources.openreview import HttpPolicy, OpenReviewCrawler, make_client
 from peerify_dagster.testing.openreview_server import FakeOpenReviewServer
 from tests.cli_support import cli_env, fresh_home, peerify
@@ -100,22 +101,29 @@ def test_credentials_come_from_the_environment_and_are_not_logged(tmp_path, monk
         assert "s3cret-pass" not in text
 
 
-def test_sensor_adds_new_venues_and_builds_only_the_snapshot_ones(tmp_path):
-    """Starting `make dev` must not crawl OpenReview: live venues become partitions, only snapshot venues build."""
+def test_sensors_register_venues_and_build_snapshots_only_when_switched_on_and_no_build_holds_them(tmp_path):
+    """Starting `make dev` calls no model: the registry sensor (on) only adds the snapshot venues as partitions; the
+    snapshot build sensor (off by default) builds a never-built one, unless a `peerify build` holds its lock."""
     registry = tmp_path / "venues.yaml"
     registry.write_text("venues:\n  A.cc/2026:\n    seed: 1\n  B.cc/2026:\n    seed: 2\n"
                         "  C.cc/2026:\n    seed: 3\n    source: snapshot\n    snapshot: c-snapshot\n")
     instance = dg.DagsterInstance.ephemeral()
     instance.add_dynamic_partitions(venue_partitions.name, ["A.cc/2026"])
-    context = dg.build_sensor_context(instance=instance, resources={"venue_registry": VenueRegistryResource(path=str(registry))})
-    result = venue_registry_sensor(context)
-    assert [r.partition_key for r in result.run_requests] == ["C.cc/2026"]
-    assert result.dynamic_partitions_requests[0].partition_keys == ["B.cc/2026", "C.cc/2026"]
+    resources = {"venue_registry": VenueRegistryResource(path=str(registry)),
+                 "lake": LakeResource(root=str(tmp_path / "lake"))}
+    result = venue_registry_sensor(dg.build_sensor_context(instance=instance, resources=resources))
+    assert not result.run_requests
+    assert result.dynamic_partitions_requests[0].partition_keys == ["C.cc/2026"]
+    assert venue_registry_sensor.default_status == dg.DefaultSensorStatus.RUNNING
+    instance.add_dynamic_partitions(venue_partitions.name, ["C.cc/2026"])
 
-    registry.write_text("venues:\n  A.cc/2026:\n    seed: 1\n  B.cc/2026:\n    seed: 2\n")
-    only_live = venue_registry_sensor(dg.build_sensor_context(
-        instance=instance, resources={"venue_registry": VenueRegistryResource(path=str(registry))}))
-    assert only_live.run_requests == [] and "without building" in only_live.skip_reason.skip_message
+    assert snapshot_build_sensor.default_status == dg.DefaultSensorStatus.STOPPED
+    with runs.exclusive_lock(runs.build_lock_path(tmp_path / "lake", "C.cc/2026"), "the build of C.cc/2026 (pid 1)",
+                             on_wait=print):
+        held = snapshot_build_sensor(dg.build_sensor_context(instance=instance, resources=resources))
+    assert isinstance(held, dg.SkipReason)
+    requests = snapshot_build_sensor(dg.build_sensor_context(instance=instance, resources=resources))
+    assert [(r.partition_key, r.run_key) for r in requests] == [("C.cc/2026", "register:C.cc/2026")]
 
 
 def test_refresh_schedule_refetches_known_venues(tmp_path):
@@ -127,7 +135,8 @@ def test_refresh_schedule_refetches_known_venues(tmp_path):
         instance.add_dynamic_partitions(venue_partitions.name, ["A.cc/2026"])
         context = dg.build_schedule_context(
             instance=instance, scheduled_execution_time=datetime.datetime(2026, 11, 30, 3),
-            resources={"venue_registry": VenueRegistryResource(path=str(registry))},
+            resources={"venue_registry": VenueRegistryResource(path=str(registry)),
+                       "lake": LakeResource(root=str(tmp_path / "lake"))},
         )
         requests = venue_refresh_schedule(context)
     assert [r.partition_key for r in requests] == ["A.cc/2026"]

@@ -14,12 +14,12 @@ import pytest
 
 from assets.arbitration import CANONICAL_SCHEMA
 from assets.labels import AGREEMENT_SCHEMA
-from assets.manuscripts import CHUNK_SCHEMA
 from assets.predictions import PREDICTION_SCHEMA
 from assets.reports import venue_report
 from assets.retrieval import METRIC_SCHEMA as RETRIEVAL_SCHEMA
 from assets.verification import USAGE_SCHEMA
 from peerify_dagster.domain import label_metrics
+from peerify_dagster.domain.chunking import CHUNK_SCHEMA
 from peerify_dagster.domain.labels import LABELS, NOT_DETERMINED, NOT_SUPPORTED, SUPPORTED
 from peerify_dagster.domain.metrics import METRICS_SCHEMA, TOKEN_COSTS_SCHEMA
 from peerify_dagster.domain.report import (
@@ -57,12 +57,14 @@ def metrics_row(configuration: str, verifier: str, slice_name: str, gold: list[s
     """A `metrics` row scored from gold and predicted labels (None: a parse failure)."""
     matrix = label_metrics.confusion_matrix(gold, predicted)
     failures = sum(p is None for p in predicted)
+    baseline = label_metrics.majority_baseline(gold)
     return {
         "venue": VENUE, "configuration": configuration, "verifier": verifier, "mode": mode, "retriever": retriever,
         "k": k, "slice": slice_name, "status": "ok", "n_claims": len(gold), "n_predicted": len(gold) - failures,
         "n_parse_failures": failures, "n_not_called": 0, "n_missing": 0,
         "accuracy": label_metrics.accuracy(gold, predicted), "macro_f1": label_metrics.macro_f1(gold, predicted),
-        "parse_failure_rate": failures / len(gold),
+        "majority_label": baseline.label, "majority_accuracy": baseline.accuracy,
+        "majority_macro_f1": baseline.macro_f1, "parse_failure_rate": failures / len(gold),
         "per_class": [{"label": s.label, "precision": s.precision, "recall": s.recall, "f1": s.f1,
                        "support": s.support} for s in label_metrics.per_class(gold, predicted)],
         "confusion": [{"gold": g, "predicted": p, "count": n} for g, row in matrix.items() for p, n in row.items()],
@@ -97,9 +99,14 @@ def venue_tables() -> dict[str, pl.DataFrame]:
          "n_claims_scored": 3, "n_claims_without_manuscript": 0, "n_claims_gold_unlocatable": 0, "recall@1": r1,
          "recall@5": 2 / 3, "recall@10": 1.0, "ndcg@10": 0.8123, "mrr@10": 0.5556}
         for relevance, r1 in (("strict", 1 / 3), ("section", 2 / 3))], schema=RETRIEVAL_SCHEMA)
-    agreement = pl.DataFrame([{"venue": VENUE, "source": "thread", "claim_type": "all", "n_items": 3, "n_pairs": 2,
-                               "agreed": 1, "raw_agreement": 0.5, "kappa": 0.25, "kappa_status": "ok"}],
-                             schema=AGREEMENT_SCHEMA)
+    agreement = pl.DataFrame([
+        {"venue": VENUE, "source": "thread", "claim_type": "all", "n_items": 3, "n_pairs": 2, "agreed": 1,
+         "raw_agreement": 0.5, "kappa": 0.25, "kappa_status": "ok", "confusion": [[1, 1, 0, 0], *[[0] * 4] * 3]},
+        # both labellers said Not Supported to all four manuscript items: kappa is 0/0
+        {"venue": VENUE, "source": "manuscript", "claim_type": "all", "n_items": 4, "n_pairs": 4, "agreed": 4,
+         "raw_agreement": 1.0, "kappa": None, "kappa_status": "undefined_single_class",
+         "confusion": [[0] * 4, [0] * 4, [0, 0, 4, 0], [0] * 4]},
+    ], schema=AGREEMENT_SCHEMA)
     outcomes = (("r1", "thread", "agreed"), ("r2", "thread", "a_upheld"), ("r3", "thread", "pending"),
                 ("r1", "manuscript", "third_label"))
     canonical = pl.DataFrame([{"venue": VENUE, "claim_id": claim, "source": source, "label": SUPPORTED,
@@ -206,9 +213,16 @@ def test_each_table_holds_the_numbers_of_its_input_in_markdown_and_html(full_rep
 
     metrics = tables["metrics"]
     wide = {(row["verifier"], row["configuration"]): row for row in found["Accuracy by model x configuration x slice"]}
-    assert set(wide) == {("model-a", "bm25-top10"), ("model-b", "bm25-top10"), ("model-a", "full")}
+    assert set(wide) == {("model-a", "bm25-top10"), ("model-b", "bm25-top10"), ("model-a", "full"),
+                         ("majority-class baseline", "–")}
     for row in metrics.iter_rows(named=True):
         assert wide[(row["verifier"], row["configuration"])][row["slice"]] == three(row["accuracy"])
+    # beside each accuracy: what the verifier answered, and the slice's majority-class baseline (hand-computed:
+    # PaperSourced is all Supported, RebuttalSourced 2 of 3)
+    assert wide[("model-a", "bm25-top10")]["PaperSourced predicted"] == "Supported 1, Not Supported 1, unparsed 1"
+    baseline = wide[("majority-class baseline", "–")]
+    assert (baseline["PaperSourced"], baseline["RebuttalSourced"]) == ("1.000", "0.667")
+    assert baseline["PaperSourced predicted"] == "always Supported"
     assert wide[("model-b", "bm25-top10")]["RebuttalSourced"] == "–"  # not predicted: no number invented
     assert wide[("model-a", "full")]["mode"] == "full_context" and wide[("model-a", "full")]["k"] == "–"
     long = {(r["verifier"], r["configuration"], r["slice"]): r for r in found["Accuracy vs macro-F1"]}
@@ -219,15 +233,42 @@ def test_each_table_holds_the_numbers_of_its_input_in_markdown_and_html(full_rep
             three(row["accuracy"]), three(row["macro_f1"]), str(row["n_parse_failures"]),
             three(row["parse_failure_rate"]))
     assert long[("model-a", "bm25-top10", "PaperSourced")]["accuracy"] == "0.333"  # 1 of 3, the failure an error
+    rebuttal = long[("model-a", "bm25-top10", "RebuttalSourced")]
+    # always Supported on (S, N, S): 2 of 3 right; F1 of Supported 2 * 2/3 / (2/3 + 1) = 0.8, over 4 labels 0.2
+    assert (rebuttal["majority_accuracy"], rebuttal["majority_macro_f1"], rebuttal["majority_label"],
+            rebuttal["predicted"]) == ("0.667", "0.200", SUPPORTED, "Supported 2, Not Supported 1")
+    # model-b answered only once, Supported: warned about under the first table
+    warnings = re.findall(r"^\*\*Warning:\*\* (.*)$", markdown, re.M)
+    assert "Verifier model-b (bm25-top10) answered Supported to 1 of 1 claims (100%) on PaperSourced, and no usable " \
+           "label for 2 more: its accuracy mostly reflects the share of Supported claims; compare with the majority " \
+           "baseline 1.00 (always answering Supported)." in warnings
+    assert not any("Verifier model-a (full)" in warning for warning in warnings)  # S, N, D: no one label
+
+    # the answer key's scores are a table: k1 right, k2 unparsed; the key's labels tie (N, S): always Supported
+    assert found["Accuracy on the answer key"] == [{
+        "verifier": "model-a", "configuration": "bm25-top10", "slice": "answer key", "status": "ok", "n_claims": "2",
+        "n_predicted": "1", "n_parse_failures": "1", "n_not_called": "0", "n_missing": "0", "accuracy": "0.500",
+        "majority_accuracy": "0.500", "macro_f1": "0.250", "majority_macro_f1": "0.167", "majority_label": SUPPORTED,
+        "predicted": "Not Supported 1, unparsed 1", "parse_failure_rate": "0.500", "tokens_per_claim": "0.000"}]
+    assert f"### Accuracy on the answer key\n\n_source: predictions [bm25-top10|{VENUE}]_" in markdown
 
     retrieval = {row["relevance"]: row for row in found["Retrieval metrics per retriever"]}
     assert (retrieval["strict"]["recall@1"], retrieval["section"]["recall@1"]) == ("0.333", "0.667")
     assert retrieval["strict"]["ndcg@10"] == "0.812" and retrieval["strict"]["n_claims_gold_unlocatable"] == "0"
 
-    assert found["Labeller agreement"] == [{"source": "thread", "claim_type": "all", "n_items": "3",
-                                            "n_without_call": "–", "n_parse_failed": "–", "n_pairs": "2",
-                                            "agreed": "1", "raw_agreement": "0.500", "kappa": "0.250",
-                                            "kappa_status": "ok"}]
+    assert found["Labeller agreement"] == [
+        {"source": "thread", "claim_type": "all", "n_items": "3", "n_without_call": "–", "n_parse_failed": "–",
+         "n_pairs": "2", "agreed": "1", "raw_agreement": "0.500", "kappa": "0.250", "kappa_status": "ok"},
+        {"source": "manuscript", "claim_type": "all", "n_items": "4", "n_without_call": "–", "n_parse_failed": "–",
+         "n_pairs": "4", "agreed": "4", "raw_agreement": "1.000", "kappa": "–",
+         "kappa_status": "undefined_single_class"}]
+    # the undefined kappa in words; labeller a said Supported to both thread pairs (b did not)
+    assert "manuscript, claim type all: Cohen's kappa is undefined: both labellers gave Not Supported to all 4 " \
+           "items, so chance agreement is 1 and agreement beyond chance cannot be measured; the raw agreement of " \
+           "1.000 only says they never differed." in warnings
+    assert [w for w in warnings if w.startswith("Labeller")] == [
+        "Labeller a answered Supported to 2 of the 2 thread items both labellers labelled (100%): raw agreement "
+        "mostly reflects how common Supported is; read kappa and the table, not raw agreement."]
     outcomes = {row["source"]: row for row in found["Arbitration outcomes"]}
     assert outcomes["thread"] == {"source": "thread", "agreed": "1", "a_upheld": "1", "b_upheld": "0",
                                   "third_label": "0", "pending": "1", "unlabelled": "0", "items": "3"}
@@ -248,6 +289,8 @@ def test_each_table_holds_the_numbers_of_its_input_in_markdown_and_html(full_rep
     html_found, _ = html_tables(page)
     assert html_found == found  # the same tables, cell for cell
     assert f"source: metrics [{VENUE}]" in page
+    assert re.findall(r"<p class='warning'><strong>Warning:</strong> ([^<]*)</p>", page) == [
+        w.replace("'", "&#x27;") for w in warnings]
 
 
 def test_tables_a_release_venue_never_built_say_so(full_report):

@@ -11,7 +11,7 @@ import dagster as dg
 import polars as pl
 import pytest
 
-from assets.retrieval import METRIC_SCHEMA, QUERY_SCHEMA, RUN_SCHEMA
+from assets.retrieval import METRIC_SCHEMA, RUN_SCHEMA
 from peerify_dagster.definitions import build_resources
 from peerify_dagster.domain.gold_evidence import (
     RELEVANCE_SECTION,
@@ -22,6 +22,7 @@ from peerify_dagster.domain.gold_evidence import (
     normalise_evidence,
     section_key,
 )
+from peerify_dagster.domain.retrieval import QUERY_SCHEMA
 from peerify_dagster.domain.retrieval_metrics import evaluate_runs, ndcg_at_k
 from peerify_dagster.partitions import venue_partitions
 from peerify_dagster.resources.lake import Lake

@@ -14,7 +14,6 @@ import pytest
 from assets.arbitration import CANONICAL_SCHEMA
 from assets.audit import HUMAN_AUDIT_SCHEMA
 from assets.claims import CLAIM_TYPE_SCHEMA, PAPER_CLAIM_SCHEMA, REVIEW_CLAIM_SCHEMA
-from assets.slices import GATES, gate_expectations
 from peerify_dagster.definitions import build_resources
 from peerify_dagster.domain import slices as rules
 from peerify_dagster.domain.venues import RegistryError, load_registry
@@ -22,6 +21,7 @@ from peerify_dagster.partitions import venue_partitions
 from peerify_dagster.resources.dagster_resources import VenueRegistryResource
 from peerify_dagster.resources.expectations import Expect, gate
 from peerify_dagster.resources.lake import Lake
+from peerify_dagster.resources.slice_gates import GATES, gate_expectations
 from tests.support import ALL_ASSETS, write_registry
 
 S, P, N, D = "Supported", "Partially Supported", "Not Supported", "Not Determined"
@@ -167,6 +167,20 @@ def test_each_gate_passes_on_good_slices_and_names_the_rows_that_fail_it(name):
     assert failed.metadata["failing_count"].value == len(failing)
     blocking = dict((n, b) for n, b, _ in GATES)[name]
     assert failed.severity == (dg.AssetCheckSeverity.ERROR if blocking else dg.AssetCheckSeverity.WARN)
+
+
+def test_a_failing_gate_shows_the_failing_slice_and_share_as_top_level_check_metadata():
+    """The UI lists top-level entries on the check's page; the JSON blob hides behind "Show JSON"."""
+    good = build().frame
+    skewed = run_gate("label_distribution_within_bounds", _set(good, "LLMJudged", "c3", gold_label=S), _SKEWED)
+    shown = {key: value.value for key, value in skewed.metadata.items()}
+    assert (shown["failing_slice"], shown["failing_gold_label"], shown["bound"]) == ("LLMJudged", S, 0.6)
+    assert shown["share"] > 0.6
+    assert skewed.description.startswith("1 failing: first failing_slice LLMJudged")
+    small = run_gate("slice_sizes_at_least_minimum", good.filter(pl.col("slice") != "LLMJudged"))
+    assert {key: small.metadata[key].value for key in ("failing_slice", "size")} == {"failing_slice": "LLMJudged",
+                                                                                     "size": 0}
+    assert "failing_slice" not in run_gate("label_distribution_within_bounds", good, _SKEWED).metadata
 
 
 def test_high_agreement_claim_missing_from_a_source_fails_the_subset_gate():

@@ -1,9 +1,14 @@
 """What a new user meets in the UI: an offline crawl fails at once in one sentence and writes nothing downstream,
-the collapsed lineage view reads top to bottom (no loop between groups), and every column is described."""
+the collapsed lineage view reads top to bottom (no loop between groups), every column is described, a venue's
+predictions partitions are only the configurations it uses, a registered live venue is no partition (so no missing
+work) until it is built, and the commands print no warnings."""
 
 from __future__ import annotations
 
+import re
 import socket
+import subprocess
+import sys
 import time
 from graphlib import CycleError, TopologicalSorter
 
@@ -11,7 +16,16 @@ import dagster as dg
 
 from peerify_dagster.definitions import defs
 from peerify_dagster.domain.columns import column_description
-from peerify_dagster.resources.dagster_resources import OpenReviewResource
+from peerify_dagster.partitions import add_venue_partitions, prediction_partitions, venue_partitions
+from peerify_dagster.resources.dagster_resources import (
+    LakeResource,
+    OpenReviewResource,
+    PredictionConfigurationsResource,
+    VenueRegistryResource,
+)
+from peerify_dagster.sensors import configurations_sensor, venue_registry_sensor
+from peerify_dagster.testing.cli import REPO_ROOT
+from tests.cli_support import cli_env, fresh_home, peerify
 from tests.support import materialise, sample_registry, write_registry
 
 INGESTION = dg.AssetSelection.groups("ingestion", "forum_tables")
@@ -66,3 +80,73 @@ def test_ingestion_tables_describe_every_column(tmp_path):
     assert [f"{table}.{c.name}" for table, c in columns if not c.description] == []
     assert all(c.description == column_description(table, c.name) for table, c in columns)
     assert column_description("no_such_table", "no_such_column") is None
+
+
+# A Python warning as printed on stderr (`path:line: BetaWarning: ...`), whatever its category.
+PRINTED_WARNING = re.compile(r"\w*Warning: ")
+
+
+def test_commands_that_load_dagster_print_no_warning(tmp_path):
+    """With every warning shown (PYTHONWARNINGS=default, DeprecationWarnings too): the help, a catalog query and
+    `peerify recover`, which opens the Dagster home and loads the code location."""
+    env = cli_env(tmp_path / "lake", sample_registry(tmp_path), fresh_home(tmp_path / "home"),
+                  PYTHONWARNINGS="default")
+    for command in (["--help"], ["sql", "select 1"], ["recover"]):
+        done = peerify(*command, env=env)
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert not PRINTED_WARNING.search(done.stderr), f"peerify {' '.join(command)}: {done.stderr[-2000:]}"
+    # The code location that `peerify build`, the UI and the daemon load.
+    loaded = subprocess.run([sys.executable, "-c", "import peerify_dagster.definitions"], env=env, cwd=REPO_ROOT,
+                            capture_output=True, text=True, timeout=300)
+    assert loaded.returncode == 0 and not PRINTED_WARNING.search(loaded.stderr), loaded.stderr[-2000:]
+
+
+def registry_tick(tmp_path, instance: dg.DagsterInstance):
+    """One tick of the venue registry sensor over the sample (snapshot) and a live venue; the partitions it asks
+    for are added, as the daemon does."""
+    registry = sample_registry(tmp_path)
+    with registry.open("a") as entries:
+        entries.write('  Live.cc/2026/Conference:\n    source: "api"\n    seed: 1\n')
+    context = dg.build_sensor_context(instance=instance,
+                                      resources={"venue_registry": VenueRegistryResource(path=str(registry))})
+    result = venue_registry_sensor(context)
+    for request in getattr(result, "dynamic_partitions_requests", None) or []:
+        instance.add_dynamic_partitions(request.partitions_def_name, list(request.partition_keys))
+    return result
+
+
+def test_a_registered_live_venue_is_shown_as_registered_not_as_missing_work(tmp_path):
+    instance = dg.DagsterInstance.ephemeral()
+    registry_tick(tmp_path, instance)  # the snapshot venue is added
+    assert instance.get_dynamic_partitions(venue_partitions.name) == ["sample"]
+    second = registry_tick(tmp_path, instance)  # the live venue is named by the tick, never added
+    assert second.skip_message == ("registered, not built (`peerify build <venue>` builds one): "
+                                   "Live.cc/2026/Conference")
+    assert instance.get_dynamic_partitions(venue_partitions.name) == ["sample"]
+    add_venue_partitions(instance, "Live.cc/2026/Conference", [])  # what its build does first
+    assert registry_tick(tmp_path, instance).skip_message == "no new venues in the registry"
+
+
+def test_a_venue_has_a_predictions_partition_for_each_configuration_it_uses_and_no_other():
+    instance = dg.DagsterInstance.ephemeral()
+    add_venue_partitions(instance, "sample", ["hybrid-top3", "oracle"])
+    add_venue_partitions(instance, "other", ["nli-top3"])
+    add_venue_partitions(instance, "sample", ["oracle"])  # a rebuild adds nothing twice
+    assert sorted(instance.get_dynamic_partitions(prediction_partitions.name)) == [  # not 2 venues x 3 configurations
+        "hybrid-top3|sample", "nli-top3|other", "oracle|sample"]
+
+
+def test_the_sensor_gives_a_built_venue_a_partition_for_each_configuration_it_uses(tmp_path):
+    """configurations.yaml lists the sample's configurations (`venues:`): the others are not its partitions."""
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions(venue_partitions.name, ["sample", "unbuilt"])
+    instance.report_runless_asset_event(dg.AssetMaterialization("retrieval_runs", partition="sample"))
+    configurations = PredictionConfigurationsResource()
+    context = dg.build_sensor_context(instance=instance, resources={
+        "prediction_configurations": configurations, "lake": LakeResource(root=str(tmp_path / "lake")),
+        "venue_registry": VenueRegistryResource(path=str(sample_registry(tmp_path)))})
+    [request] = configurations_sensor(context).dynamic_partitions_requests
+    uses = [c.name for c in configurations.load().for_venue("sample")]
+    assert len(uses) < len(configurations.load().configurations)  # the file's grid is meant for other venues
+    assert (request.partitions_def_name, sorted(request.partition_keys)) == (
+        prediction_partitions.name, sorted(f"{name}|sample" for name in uses))

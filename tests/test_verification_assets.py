@@ -16,8 +16,9 @@ from dagster._core.instance.ref import InstanceRef
 from peerify_dagster.definitions import build_resources, defs
 from peerify_dagster.jobs import build_venue_job
 from peerify_dagster.sensors import configurations_sensor
-from peerify_dagster.partitions import configuration_partitions, prediction_key, venue_partitions
+from peerify_dagster.partitions import prediction_key, prediction_partitions, venue_partitions
 from peerify_dagster.resources.dagster_resources import (
+    LakeResource,
     LLMGatewayResource,
     PredictionConfigurationsResource,
     VenueRegistryResource,
@@ -26,6 +27,7 @@ from peerify_dagster.resources.lake import Lake
 from peerify_dagster.testing.openai_server import ScriptedOpenAIServer
 from tests.cli_support import cli_env, fresh_home, peerify
 from tests.test_claims_assets import scripted_answer
+from tests.test_ui_behaviour import PRINTED_WARNING
 from tests.support import ALL_ASSETS, materialise, sample_registry
 
 UP_TO_VERIFICATION = defs.resolve_job_def(build_venue_job.name).asset_layer.selected_asset_keys
@@ -73,7 +75,7 @@ def evaluate_sensor(instance: dg.DagsterInstance):
     """One tick of the configurations sensor; partitions it asks for are added, as the daemon does."""
     context = dg.build_sensor_context(
         instance=instance, resources={"prediction_configurations": PredictionConfigurationsResource(),
-                                      "venue_registry": VenueRegistryResource()})
+                                      "venue_registry": VenueRegistryResource(), "lake": LakeResource()})
     result = configurations_sensor(context)
     if isinstance(result, dg.SensorResult):
         for request in result.dynamic_partitions_requests or []:
@@ -94,7 +96,7 @@ def built(tmp_path_factory):
         build = peerify("build", "sample", env=settings, timeout=900)
         assert build.returncode in (0, 1), build.stderr[-3000:]  # 1: a gate of the venue graph failed (see below)
         lake = Lake(tmp / "lake")
-        first = {c: lake.read_table("predictions", str(prediction_key("sample", c))) for c in ("hybrid-top3", "oracle")}
+        first = {c: lake.read_table("predictions", prediction_key("sample", c)) for c in ("hybrid-top3", "oracle")}
         requests = {"build": server.request_count}
         ledger_before = set(pl.read_parquet(tmp / "lake" / "llm_calls" / "*.parquet")["call_id"])
         configurations.write_text(CONFIGURATIONS + ADDED_BY_COMMAND)
@@ -196,11 +198,17 @@ def test_adding_a_configuration_by_command_computes_only_its_partition(built):
     assert len(venue_steps) == 1  # the venue's graph was not rebuilt
 
 
+def test_the_built_venue_has_a_predictions_partition_per_configuration_and_the_build_prints_no_warning(built):
+    assert sorted(built["instance"].get_dynamic_partitions(prediction_partitions.name)) == [
+        f"{name}|sample" for name in ("bm25-top2", "dense-top1", "hybrid-top3", "oracle")]
+    assert not PRINTED_WARNING.search(built["build"].stderr), built["build"].stderr[-3000:]
+
+
 def test_adding_a_configuration_to_the_file_runs_only_its_partition_from_the_sensor(built):
     ticks, counts = built["ticks"], built["counts"]
     assert ticks["current"] == []  # every configuration and the results are current
     assert ticks["added"] == []  # the first tick adds the partition
-    assert "dense-top1" in built["instance"].get_dynamic_partitions(configuration_partitions.name)
+    assert "dense-top1|sample" in built["instance"].get_dynamic_partitions(prediction_partitions.name)
     assert [(r.job_name, r.partition_key) for r in ticks["requested"]] == [("venue_predictions", "dense-top1|sample")]
     assert counts["sensor"] == {**counts["command"], "dense-top1|sample": 1}
     assert built["requests"]["sensor"] > built["requests"]["command"]
@@ -291,4 +299,6 @@ def test_the_estimate_matches_the_calls_and_tokens_of_the_build_that_follows(bui
     # Output tokens: the mean answer of the calls already in the ledger, times the calls.
     assert int(tokens_out) == pytest.approx(made * new["tokens_out"].mean(), rel=0.5)
     assert float(cost) == pytest.approx((int(tokens_in) * 1.0 + int(tokens_out) * 2.0) / 1e6, abs=1e-4)
-    assert "not yet known: claim_labels" in estimate.stdout
+    # Every other LLM stage is estimated too: built, its calls are all answered by the ledger.
+    labels = [line.split() for line in estimate.stdout.splitlines() if line.startswith("claim_labels ")]
+    assert labels and all(cells[3] == "0" and int(cells[4]) > 0 and "lake" in cells for cells in labels)

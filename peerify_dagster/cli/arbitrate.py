@@ -3,7 +3,8 @@ draws the human audit's sample.
 
 Modes of `arbitrate`:
 - `arbitration`: the `arbitration_queue` items without a live decision; the two candidate labels are shown as 1 and
-  2, never with the labeller that gave them;
+  2, never with the labeller that gave them; a candidate whose answer did not parse shows the model's raw answer
+  instead of a label, and only a candidate with a label is offered as a choice;
 - `audit`: the audit sample's items this annotator has not labelled, blind (no candidate or automated label);
 - `consensus`: audit items on which the audit's two annotators disagree and nobody has settled.
 
@@ -73,6 +74,7 @@ class Candidate:
     label: str | None
     justification: str | None
     evidence: list[str]
+    raw_answer: str | None = None  # the model's answer as written, when it gave no usable label
 
 
 @dataclass(frozen=True)
@@ -198,7 +200,8 @@ class Session:
 
 def _queue_item(row: dict) -> Item:
     candidates = tuple(Candidate(row[f"candidate_{n}_label"], row[f"candidate_{n}_justification"],
-                                 list(row[f"candidate_{n}_evidence"] or [])) for n in (1, 2))
+                                 list(row[f"candidate_{n}_evidence"] or []), row.get(f"candidate_{n}_raw_answer"))
+                       for n in (1, 2))
     return Item(row["item_id"], row["claim_id"], row["source"], row["claim_text"], row.get("claim_type"),
                 row.get("source_material"), row["queue_version"], candidates=candidates)
 
@@ -286,19 +289,28 @@ class Screen:
             characters = sum(len(line.strip()) for line in hidden)
             out.append(f"  [... {len(hidden)} more lines ({characters} characters) hidden; m shows them]")
         for number, candidate in enumerate(item.candidates, start=1):
-            out.append(f"candidate {number}: {candidate.label or '(no label: the answer could not be parsed)'}")
+            out.append(f"candidate {number}: {candidate.label or arbitration.no_label_text(candidate.raw_answer)}")
+            if candidate.label is None and candidate.raw_answer:
+                out += ["    its raw answer:", *self.wrap(candidate.raw_answer, "    | ")]
             out += self.wrap(candidate.justification or "(no justification)", "    ")
             out += [line for quote in candidate.evidence for line in self.wrap(f'"{quote}"', "    > ")]
         if item.human_labels:
             out.append(f"the annotators' labels: {'  vs  '.join(item.human_labels)}")
-        out.append(self.help(mode))
+        out.append(self.help(mode, item))
         self.write("\n".join(out) + "\n")
         return hidden
 
     @staticmethod
-    def help(mode: str) -> str:
+    def help(mode: str, item: Item) -> str:
+        """The keys the item offers: a candidate only when it has a label to choose."""
         labels = " ".join(f"{key}={label}" for key, label in LABEL_KEYS.items())
-        choose = "1/2 choose a candidate, " if mode == "arbitration" else ""
+        choosable = [key for key, candidate in zip(CANDIDATE_KEYS, item.candidates) if candidate.label in LABELS]
+        if mode != "arbitration" or not choosable:
+            choose = ""
+        elif len(choosable) == 1:
+            choose = f"{choosable[0]} choose candidate {choosable[0]}, "
+        else:
+            choose = "1/2 choose a candidate, "
         return f"keys: {choose}{labels}, k skip, u undo, o note, m more, q quit"
 
 
@@ -379,7 +391,7 @@ def _answer(item: Item, key: str, mode: str) -> tuple[str, str] | str:
         # A label equal to a candidate's is that candidate upheld, not a third label.
         same = [n for n, candidate in enumerate(item.candidates, start=1) if candidate.label == label]
         return label, f"candidate_{same[0]}" if same else "third_label"
-    return f"unknown key {key!r}; {Screen.help(mode)}"
+    return f"unknown key {key!r}; {Screen.help(mode, item)}"
 
 
 # -- commands -----------------------------------------------------------------------------------------------------

@@ -14,16 +14,14 @@ import pyarrow.parquet as pq
 
 from peerify_dagster import paths
 from peerify_dagster.cli import report
+from peerify_dagster.cli.build_session import BudgetSpent, BuildInterrupted, BuildSession, StopSignals
 from peerify_dagster.cli.common import ConfigError, format_table, one_line, say
-from peerify_dagster.cli.home import check_dagster_home, open_home, run_job
+from peerify_dagster.cli.home import check_dagster_home, open_home
+from peerify_dagster.domain.llm_stages import prompts_by_role
 from peerify_dagster.domain.release_import import IMPORTED_TABLES
 from peerify_dagster.domain.venues import SOURCE_RELEASE, Venue, load_registry, missing_files
+from peerify_dagster.resources.decisions import ORPHANED_TABLE
 from peerify_dagster.resources.lake import SHARED_TABLES, SQL_DIR, Lake, partition_slug, unreadable_reason
-
-# The LLM roles the asset graph calls and their prompts (claims, verification); checked before a build starts.
-LLM_PROMPTS_IN_GRAPH = {"extractor": ["extract_claims", "extract_paper_claim", "rephrase_claim"],
-                        "fact_tagger": ["tag_fact"], "verifiers": ["verify"]}
-LLM_ROLES_IN_GRAPH = list(LLM_PROMPTS_IN_GRAPH)
 
 
 def _row_count(files: list[Path]) -> int | str:
@@ -50,9 +48,22 @@ def venue_summary(lake: Lake, venue: str) -> tuple[list[str], list[tuple]]:
     return ["table", "rows"], rows
 
 
-def check_build_config(venue_key: str) -> Venue:
+def orphaned_decisions_line(lake: Lake, venue: str) -> str | None:
+    """How many human decisions of the venue no longer apply because their claims changed (asset
+    `orphaned_decisions`), and where they are listed; None when there are none."""
+    path = lake.table_path(ORPHANED_TABLE, venue)
+    count = _row_count([path]) if path.exists() else 0
+    if not isinstance(count, int) or count == 0:  # an unreadable file is among the catalog's problems already
+        return None
+    what = "human decision no longer applies (its claim changed)" if count == 1 else \
+        "human decisions no longer apply (their claims changed)"
+    return f'{count} {what}: see `peerify sql "select * from {ORPHANED_TABLE}"`'
+
+
+def check_build_config(venue_key: str, configurations: list) -> Venue:
     """Everything a build needs, checked before any work: the venue's registry entry and files, the Dagster home,
-    and the LLM models of the graph's roles (profiles, role models, API keys, packages, model files)."""
+    and the LLM models of every role of every LLM stage (domain/llm_stages.py: extractor, fact tagger, labellers,
+    verifiers; profiles, role models, API keys, packages, model files)."""
     registry_path = Path(paths.registry_path())
     registry = load_registry(registry_path)
     if venue_key not in registry:
@@ -71,7 +82,8 @@ def check_build_config(venue_key: str) -> Venue:
     ledger_log.disabled, gateway = True, None
     try:  # unknown profiles or models, missing API keys, packages or model files are reported before any work starts
         gateway = LLMGateway(paths.lake_root())
-        gateway.preflight(LLM_ROLES_IN_GRAPH, prompts=LLM_PROMPTS_IN_GRAPH)
+        prompts = prompts_by_role({c.prompt_id for c in configurations if c.nli_model is None})
+        gateway.preflight(list(prompts), prompts=prompts)
     except LLMGatewayError as exc:
         raise ConfigError(f"cannot build {venue_key}: {one_line(exc)}") from None
     finally:
@@ -99,64 +111,53 @@ def check_configurations(venue_key: str, only: list[str] | None = None) -> list:
 
 
 def print_estimate(venue_key: str, configurations: list) -> int:
-    """`peerify build V --estimate`: the calls, tokens and cost the build would make, no model called."""
+    """`peerify build V --estimate`: the calls, tokens and cost the build would make, every LLM stage, as a range;
+    no model called."""
     registry_path = Path(paths.registry_path())
-    if venue_key not in load_registry(registry_path):
+    registry = load_registry(registry_path)
+    if venue_key not in registry:
         raise ConfigError(f"{registry_path}: venue {venue_key!r} is not registered")
     from peerify_dagster.estimate import estimate_build, format_estimate
+    from peerify_dagster.resources.dagster_resources import VenueRegistryResource
     from peerify_dagster.resources.llm_gateway import LLMGateway, LLMGatewayError
 
+    lake = Lake(paths.lake_root())
+    snapshot = VenueRegistryResource(path=str(registry_path)).snapshot_dir(registry[venue_key], lake)
     try:  # the gateway only reads the ledger here: not closed, so nothing is compacted or written
-        estimate = estimate_build(Lake(paths.lake_root()), venue_key, configurations, LLMGateway(paths.lake_root()))
+        estimate = estimate_build(lake, registry[venue_key], snapshot, configurations, LLMGateway(paths.lake_root()))
     except LLMGatewayError as exc:
         raise ConfigError(f"cannot estimate {venue_key}: {one_line(exc)}") from None
     print(format_estimate(estimate, venue_key))
     return 0
 
 
-def cmd_build(args: argparse.Namespace) -> int:
-    configurations = check_configurations(args.venue, args.configuration)
-    if args.estimate:
-        return print_estimate(args.venue, configurations)
-    venue = check_build_config(args.venue)
-    lake = Lake(paths.lake_root())
-    if args.configuration and not lake.table_path("retrieval_runs", venue.key).exists():
-        raise ConfigError(f"--configuration needs a built venue: build {venue.key} first (`peerify build {venue.key}`)")
-    release = venue.source == SOURCE_RELEASE
-    if release and (missing := [t for t in IMPORTED_TABLES if not lake.table_path(t, venue.key).exists()]):
-        raise ConfigError(f"venue {venue.key}: its imported tables {missing} are not in the lake {lake.root}; "
-                          f"import the release first (`peerify import-release {venue.release} --venue {venue.key}`)")
-
+def _run_build(session: BuildSession, venue: Venue, configurations: list, args: argparse.Namespace, me: str) -> None:
+    """The build's runs: the venue's graph, then one run per configuration, then the results. Raises
+    BuildInterrupted or BudgetSpent (from `session.run`) to stop before the next run."""
     from dagster import AssetKey
 
     from assets.predictions import predictions
     from peerify_dagster.definitions import defs
     from peerify_dagster.freshness import computed_from
     from peerify_dagster.jobs import build_venue_job, predictions_job, venue_results_job
-    from peerify_dagster.partitions import configuration_partitions, prediction_key, venue_partitions
+    from peerify_dagster.partitions import add_venue_partitions, prediction_key
     from peerify_dagster.resources import runs
 
-    me = f"the build of {venue.key} (pid {os.getpid()})"
-    instance = open_home(me, capture_step_output=False)  # the terminal shows the output; no `tail` child
-    results = []
+    release = venue.source == SOURCE_RELEASE
     # Two builds of one venue write the same partitions: the second waits, then finds most work in the caches.
-    with runs.exclusive_lock(lake.root / f".build-{venue.slug}.lock", me,
+    with runs.exclusive_lock(runs.build_lock_path(session.lake_root, venue.key), me,
                              on_wait=lambda other: say(f"waiting for {other} to finish")):
-        if not instance.has_dynamic_partition(venue_partitions.name, venue.key):
-            instance.add_dynamic_partitions(venue_partitions.name, [venue.key])
-        known = set(instance.get_dynamic_partitions(configuration_partitions.name))
-        if new := [c.name for c in configurations if c.name not in known]:
-            instance.add_dynamic_partitions(configuration_partitions.name, new)
+        add_venue_partitions(session.instance, venue.key, [c.name for c in configurations])
         # A job runs one partitions definition: the venue's graph, then one run per configuration, then the results.
         inputs_built = True
         if not args.configuration:
             # A release venue's imported tables stand in for its forums: only what follows from them is built.
-            results.append(run_job(instance, build_venue_job.name, venue.key, **(
+            first = session.run(build_venue_job.name, venue.key, **(
                 {"asset_selection": computed_from(defs, IMPORTED_TABLES)} if release else
-                {"run_config": {"ops": {"raw_openreview_notes": {"config": {"refetch": args.refetch}}}}})))
+                {"run_config": {"ops": {"raw_openreview_notes": {"config": {"refetch": args.refetch}}}}}))
             # The predictions need only their inputs: a failure elsewhere (a blocking gate of the slices) fails the
             # build, not the predictions.
-            built = {e.asset_key for e in results[0].all_events if e.is_step_materialization}
+            built = {e.asset_key for e in first.all_events if e.is_step_materialization}
             built |= {AssetKey(table) for table in IMPORTED_TABLES} if release else set()
             inputs_built = predictions.dependency_keys <= built
             if not inputs_built:
@@ -165,8 +166,41 @@ def cmd_build(args: argparse.Namespace) -> int:
         if inputs_built:
             for configuration in configurations:
                 say(f"predictions of {venue.key} under configuration {configuration.name}")
-                results.append(run_job(instance, predictions_job.name, prediction_key(venue.key, configuration.name)))
-            results.append(run_job(instance, venue_results_job.name, venue.key))
+                session.run(predictions_job.name, prediction_key(venue.key, configuration.name))
+            session.run(venue_results_job.name, venue.key)
+
+
+def cmd_build(args: argparse.Namespace) -> int:
+    for flag, limit in (("--max-cost-usd", args.max_cost_usd), ("--max-tokens", args.max_tokens)):
+        if limit is not None and limit < 0:
+            raise ConfigError(f"{flag} {limit}: a budget is zero or more")
+    configurations = check_configurations(args.venue, args.configuration)
+    if args.estimate:
+        return print_estimate(args.venue, configurations)
+    venue = check_build_config(args.venue, configurations)
+    lake = Lake(paths.lake_root())
+    if args.configuration and not lake.table_path("retrieval_runs", venue.key).exists():
+        raise ConfigError(f"--configuration needs a built venue: build {venue.key} first (`peerify build {venue.key}`)")
+    release = venue.source == SOURCE_RELEASE
+    if release and (missing := [t for t in IMPORTED_TABLES if not lake.table_path(t, venue.key).exists()]):
+        raise ConfigError(f"venue {venue.key}: its imported tables {missing} are not in the lake {lake.root}; "
+                          f"import the release first (`peerify import-release {venue.release} --venue {venue.key}`)")
+
+    me = f"the build of {venue.key} (pid {os.getpid()})"
+    instance = open_home(me, capture_step_output=False)  # the terminal shows the output; no `tail` child
+    budget_spent = False
+    with StopSignals() as stop:
+        session = BuildSession(instance, lake.root, stop, args.max_cost_usd, args.max_tokens)
+        try:
+            _run_build(session, venue, configurations, args, me)
+        except BuildInterrupted as interrupted:  # nothing more: the run in progress was stopped, no other starts
+            say(interrupted.describe())
+            return interrupted.exit_code
+        except BudgetSpent as spent:
+            say(str(spent))
+            budget_spent = True
+    results = session.results
+    say(session.usage_line())
     for line in lake.refresh_catalog().problems():
         say(line)
     columns, rows = venue_summary(lake, venue.key)
@@ -175,11 +209,13 @@ def cmd_build(args: argparse.Namespace) -> int:
     checks = [check for result in results for check in result.get_asset_check_evaluations()]
     failed = [f"{c.asset_key.to_user_string()}:{c.check_name}" for c in checks if not c.passed]
     print(f"\nasset checks: {len(checks) - len(failed)} passed, {len(failed)} failed {failed if failed else ''}")
+    if orphaned := orphaned_decisions_line(lake, venue.key):
+        say(orphaned)
     if any(e.is_step_materialization and e.asset_key.to_user_string() == report.REPORT_ASSET
            for result in results for e in result.all_events):
         report.print_report_paths(lake, venue.key)
-    if not all(result.success for result in results):
-        say("the run failed; see the log above")
+    if budget_spent or not all(result.success for result in results):
+        say("the budget was spent before the build ended" if budget_spent else "the run failed; see the log above")
         return 1
     return 0
 
@@ -196,6 +232,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     build.add_argument("--estimate", action="store_true",
                        help="print the LLM calls, tokens and cost the build would make (ledger hits excluded, prices "
                             "from models.yaml) per stage, role and model, without calling any model or building")
+    build.add_argument("--max-cost-usd", type=float, metavar="USD",
+                       help="the LLM budget of the whole build, all steps and runs together (ledger hits are free): "
+                            "the step that finds it spent stops writing nothing, no further run starts, and the "
+                            "build says what was spent")
+    build.add_argument("--max-tokens", type=int, metavar="N", help="the same budget in tokens (input + output)")
     build.add_argument("--configuration", action="append", metavar="NAME",
                        help="only the predictions of this configuration (configurations.yaml; repeatable) and the "
                             "venue's results, for an already built venue: the other configurations are not recomputed")

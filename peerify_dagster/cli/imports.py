@@ -46,9 +46,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def table_schemas() -> dict[str, dict[str, pl.DataType]]:
     """The standard schema of each imported table (as the assets that compute them for crawled venues write it)."""
-    from assets.labels import CLAIM_THREAD_SCHEMA
-    from assets.manuscripts import CHUNK_SCHEMA
-    from assets.retrieval import QUERY_SCHEMA
+    from peerify_dagster.domain.chunking import CHUNK_SCHEMA
+    from peerify_dagster.domain.labelling import CLAIM_THREAD_SCHEMA
+    from peerify_dagster.domain.retrieval import QUERY_SCHEMA
     from peerify_dagster.domain.slices import SLICE_SCHEMA
 
     return {"benchmark_slices": SLICE_SCHEMA, "chunks": CHUNK_SCHEMA, "retrieval_queries": QUERY_SCHEMA,
@@ -113,11 +113,11 @@ def _record_in_dagster(instance: dg.DagsterInstance, imported: ri.ImportedReleas
     check evaluations; returns (gate, blocking, passed, failing rows) per gate."""
     import dagster as dg
 
-    from assets.slices import GATES, gate_expectations
     from peerify_dagster.domain import slices as rules
     from peerify_dagster.partitions import venue_partitions
     from peerify_dagster.resources.dagster_resources import markdown_preview
     from peerify_dagster.resources.expectations import gate
+    from peerify_dagster.resources.slice_gates import GATES, gate_expectations
 
     venue = imported.venue
     if not instance.has_dynamic_partition(venue_partitions.name, venue):

@@ -2,7 +2,9 @@
 human decisions back from them into the decisions ledger.
 
 An import validates the whole file first and is accepted whole (one ledger append) or rejected whole, with one line
-per problem (line or task number and reason) and exit code 2.
+per problem (`file:line: reason`, or the task for a Label Studio export) and exit code 2. An answer the annotator's
+current decision on the item already records (same queue version, choice, label and note) is not recorded again, so
+importing the same file twice changes nothing.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import polars as pl
 from peerify_dagster import paths
 from peerify_dagster.cli.common import guarded, say
 from peerify_dagster.domain import arbitration as arb
-from peerify_dagster.resources.decisions import DecisionLedger, LedgerError, current_decisions, new_decision
+from peerify_dagster.resources.decisions import Decision, DecisionLedger, LedgerError, current_decisions, new_decision
 from peerify_dagster.resources.files import write_atomic
 from peerify_dagster.resources.lake import Lake, UnreadablePartitionError
 
@@ -35,18 +37,18 @@ def _read(lake: Lake, table: str, venue: str) -> pl.DataFrame:
                                 f"build the venue first (`peerify build {venue}`)") from None
 
 
-def _arbitration_current(lake: Lake, venue: str) -> tuple[DecisionLedger, dict]:
+def _arbitration_decisions(lake: Lake, venue: str) -> tuple[DecisionLedger, list[Decision]]:
     ledger = DecisionLedger(lake.root, venue)
     contents = ledger.read()
     for problem in contents.problems:
-        say(f"warning: {ledger.path} line {problem.line_number}: {problem.reason}")
-    return ledger, current_decisions(d for d in contents.decisions if d.kind == "arbitration")
+        say(f"warning: {ledger.path}:{problem.line_number}: {problem.reason}")
+    return ledger, [d for d in contents.decisions if d.kind == "arbitration"]
 
 
 def cmd_queue_export(args: argparse.Namespace) -> int:
     lake = Lake(paths.lake_root())
     queue = _read(lake, "arbitration_queue", args.venue).to_dicts()
-    rows = queue if args.all else arb.open_items(queue, _arbitration_current(lake, args.venue)[1])
+    rows = queue if args.all else arb.open_items(queue, current_decisions(_arbitration_decisions(lake, args.venue)[1]))
     out = Path(args.out)
     if args.format == "labelstudio":
         tasks_path, config_path = _labelstudio_paths(out)
@@ -76,38 +78,41 @@ def cmd_decisions_import(args: argparse.Namespace) -> int:
         raise QueueCommandError(f"{path}: cannot tell the format from the name; give --format "
                                 f"({', '.join(arb.EXPORT_FORMATS)})")
     try:
-        text = path.read_text(encoding="utf-8-sig")  # spreadsheets write a byte-order mark
-    except (OSError, UnicodeDecodeError) as exc:
+        data = path.read_bytes()  # decoded by the reader: no newline translation, so a quoted \r stays one
+    except OSError as exc:
         raise QueueCommandError(f"{path}: cannot be read ({exc})") from None
     lake = Lake(paths.lake_root())
     queue = _read(lake, "arbitration_queue", args.venue).to_dicts()
     known_claims = set(_read(lake, "claim_labels", args.venue)["claim_id"])
-    answers, problems = arb.READERS[file_format](text)
+    answers, problems = arb.READERS[file_format](data)
     valid, invalid = arb.validate_answers(answers, args.venue, queue, known_claims)
     problems += invalid
     if problems:
         say(f"rejected {path}: {len(problems)} problem(s); nothing was imported")
         for problem in problems:
-            say(f"  {problem}")
+            say(f"  {problem.located(str(path))}")
         return 2
     if not valid:
         raise QueueCommandError(f"{path}: no decisions in it (every item leaves choice and label empty)")
-    ledger, current = _arbitration_current(lake, args.venue)
+    ledger, stored = _arbitration_decisions(lake, args.venue)
+    current, mine = current_decisions(stored), current_decisions(stored, per_annotator=True)
+    new = [a for a in valid if not arb.answer_recorded(a, mine.get((a.queue_row["item_id"], args.annotator)))]
     decisions = [
         new_decision(venue=args.venue, claim_id=a.queue_row["claim_id"], source=a.queue_row["source"],
                      kind="arbitration", action="decide", choice=a.choice, label=a.label, annotator=args.annotator,
                      note=a.note, queue_version=a.queue_row["queue_version"],
                      supersedes=current[a.queue_row["item_id"]].decision_id
                      if a.queue_row["item_id"] in current else None)
-        for a in valid
+        for a in new
     ]
     try:
         ledger.append(decisions)
     except LedgerError as exc:
         raise QueueCommandError(str(exc)) from None
-    skipped = len(answers) - len(valid)
+    skipped = [f"{n} {what}" for n, what in ((len(valid) - len(new), "already recorded"),
+                                            (len(answers) - len(valid), "undecided item(s)")) if n]
     print(f"imported {len(decisions)} decision(s) from {path} into {ledger.path}"
-          + (f" ({skipped} undecided item(s) skipped)" if skipped else ""))
+          + (f" ({', '.join(skipped)}: skipped)" if skipped else ""))
     return 0
 
 

@@ -1,10 +1,14 @@
 """`peerify release`: publish a versioned label release of built venues, verify one, and rebuild its labels.
 
 - `peerify release --venue V [--venue W] --version X.Y.Z` materialises the `label_release` asset in this process
-  (under DAGSTER_HOME, whose runs hold the venues' gate results and lineage) and prints the release folder.
+  (under DAGSTER_HOME, whose runs hold the venues' gate results and lineage) and prints the release folder. It
+  refuses first, one line per problem and exit 2, a venue whose slices are not the file their blocking gates passed
+  or are older than its decisions or labels, naming the rebuild (`peerify build V`).
 - `peerify release verify DIR` re-hashes every file against the manifest, re-checks row counts, schema, the slice
   rules (the blocking great-expectations gates of assets/slices.py) and that every call id and decision id a row
-  names is in the release. Exit 0: the release is intact; 1: a mismatch (the first one is named); 2: usage error.
+  names is in the release. Exit 0: the release is intact; 1: a mismatch (the first one is named; a file that is not
+  UTF-8 or not JSON lines is one, as `file:line: reason`); 2: usage error, or a folder that is no release (no
+  manifest.json).
 - `peerify rebuild-from-release DIR [--out DIR2]` reproduces every label from the release alone: each labeller call
   is issued again, as recorded, through the LLM gateway in cache mode `replay-only` over the release's calls.parquet
   (no API key, no GPU, no model), its answer read as the labels stage reads it, and the canonical-label rule applied
@@ -27,6 +31,7 @@ from peerify_dagster.cli.common import EXIT_USAGE, ConfigError, guarded, say
 from peerify_dagster.domain import label_release as rel
 from peerify_dagster.domain.slices import SLICES, SliceConfig, label_distribution
 from peerify_dagster.domain.venues import RegistryError, load_registry
+from peerify_dagster.resources.lake import RELEASES_DIR, Lake
 
 EXIT_OK, EXIT_MISMATCH = 0, 1  # and common.EXIT_USAGE (2)
 
@@ -51,7 +56,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     verify = actions.add_parser(
         "verify", help="re-hash and re-check a release folder",
         description="Exit codes: 0 the release is intact; 1 a mismatch (tampered, missing or extra file, manifest "
-                    "edited, slice rule broken, dangling provenance link), the first one named; 2 usage error.")
+                    "edited, slice rule broken, dangling provenance link, a file that does not read), the first one "
+                    "named; 2 usage error or not a release folder (no manifest.json).")
     verify.add_argument("folder", type=Path)
     verify.add_argument("--manifest-sha256", metavar="HEX",
                         help="the sha256 of manifest.json as published beside the release (catches a manifest "
@@ -61,7 +67,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     rebuild = subparsers.add_parser(
         "rebuild-from-release", help="reproduce every label of a release from its calls and decisions (replay-only)",
         description="Exit codes: 0 every row reproduced byte for byte; 1 a row or file did not (each listed); "
-                    "2 usage error.")
+                    "2 usage error or not a release folder (no manifest.json).")
     rebuild.add_argument("folder", type=Path)
     rebuild.add_argument("--out", type=Path, help="where the rebuilt slice files go (new or empty folder; default: "
                                                   "a new temporary folder)")
@@ -82,13 +88,21 @@ def cmd_release(args: argparse.Namespace) -> int:
     unknown = [venue for venue in args.venue if venue not in registry]
     if unknown:
         raise ReleaseUsageError(f"{registry_path}: venue(s) {unknown} are not registered")
-    target = Path(paths.lake_root()).resolve() / "releases" / version
+    target = Path(paths.lake_root()).resolve() / RELEASES_DIR / version
     if target.exists():
         raise ReleaseUsageError(f"release {version} already exists at {target}; a release is never overwritten: "
                                 "choose a new version")
+    from peerify_dagster.freshness import release_problems, shipped_slices
     from peerify_dagster.jobs import release_job
 
     instance = open_home(f"the release {version} (pid {os.getpid()})", capture_step_output=False)
+    lake = Lake(paths.lake_root())
+    problems = [line for venue in dict.fromkeys(args.venue)
+                for line in release_problems(instance, lake, venue, shipped_slices(lake, venue))]
+    if problems:
+        for line in problems:
+            say(f"release {version} refused: {line}")
+        return EXIT_USAGE
     result = run_job(instance, release_job.name, None,
                       {"ops": {"label_release": {"config": {"version": version, "venues": list(args.venue)}}}})
     if not result.success:
@@ -114,10 +128,10 @@ def _failure_reason(failure) -> str:  # noqa: ANN001 - a dagster StepFailureData
 
 # -- verify ------------------------------------------------------------------------------------------------------------
 def gate_problems(contents: rel.ReleaseContents) -> list[str]:
-    """The blocking slice gates of assets/slices.py (great-expectations), per venue with the venue's slice options as
+    """The blocking slice gates (resources/slice_gates.py, great-expectations), per venue with the venue's slice options as
     the manifest records them."""
-    from assets.slices import GATES, gate_expectations
     from peerify_dagster.resources.expectations import run_expectation
+    from peerify_dagster.resources.slice_gates import GATES, gate_expectations
 
     rows = contents.rows()
     problems = []
@@ -152,9 +166,18 @@ def verify(folder: Path, manifest_sha256: str | None = None) -> list[str]:
     return problems
 
 
+def not_a_release(folder: Path) -> str | None:
+    """Why `folder` is no release folder at all (a usage error, not a mismatch), or None."""
+    if not folder.is_dir():
+        return f"{folder}: not a release folder (no such folder)"
+    if not (folder / rel.MANIFEST).is_file():
+        return f"{folder}: not a release folder (no {rel.MANIFEST})"
+    return None
+
+
 def cmd_verify(args: argparse.Namespace) -> int:
-    if not args.folder.is_dir():
-        say(f"{args.folder}: not a release folder")
+    if refusal := not_a_release(args.folder):
+        say(refusal)
         return EXIT_USAGE
     problems = verify(args.folder, args.manifest_sha256)
     if problems:
@@ -221,7 +244,7 @@ def _decisions(records: list[dict]) -> tuple[dict, dict, list[str]]:
         try:
             decisions.append(Decision(**{name: record.get(name) for name in names}))
         except (TypeError, ValueError) as exc:
-            problems.append(f"{rel.DECISIONS} line {number}: {exc}")
+            problems.append(f"{rel.DECISIONS}:{number}: {exc}")
     venues = {d.venue for d in decisions}
     arbitration = {v: current_decisions(d for d in decisions if d.venue == v and d.kind == "arbitration")
                    for v in venues}
@@ -233,8 +256,8 @@ def _decisions(records: list[dict]) -> tuple[dict, dict, list[str]]:
 def cmd_rebuild(args: argparse.Namespace) -> int:
     from peerify_dagster.resources.llm_gateway import LEDGER_SCHEMA
 
-    if not args.folder.is_dir():
-        say(f"{args.folder}: not a release folder")
+    if refusal := not_a_release(args.folder):
+        say(refusal)
         return EXIT_USAGE
     if args.out is not None and args.out.exists() and (not args.out.is_dir() or any(args.out.iterdir())):
         say(f"--out {args.out}: exists and is not an empty folder; nothing is overwritten")

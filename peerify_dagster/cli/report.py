@@ -15,7 +15,8 @@ from peerify_dagster import paths
 from peerify_dagster.cli.home import open_home, run_job
 from peerify_dagster.cli.common import ConfigError, guarded, say
 from peerify_dagster.domain.venues import load_registry
-from peerify_dagster.resources.lake import Lake, partition_key_of, partition_slug
+from peerify_dagster.resources.lake import Lake
+from peerify_dagster.resources.report_files import REPORT_HTML, REPORT_MARKDOWN, report_folder
 
 REPORT_ASSET = "venue_report"
 RESULTS_FIRST = ("metrics", "token_costs")  # what the report reads that the command builds when missing
@@ -23,8 +24,6 @@ RESULTS_FIRST = ("metrics", "token_costs")  # what the report reads that the com
 
 def report_paths(lake: Lake, venue: str) -> tuple[Path, Path]:
     """The report's Markdown (figures beside it) and self-contained HTML files."""
-    from assets.reports import REPORT_HTML, REPORT_MARKDOWN, report_folder  # Dagster: loaded only once it runs
-
     return report_folder(lake, venue) / REPORT_MARKDOWN, report_folder(lake, venue) / REPORT_HTML
 
 
@@ -35,9 +34,10 @@ def print_report_paths(lake: Lake, venue: str) -> None:
 
 
 def built_configurations(lake: Lake, venue: str) -> list[str]:
-    """The configurations whose predictions are built for the venue (`<configuration>|<venue>` partition files)."""
-    return sorted(partition_key_of(path).split("|")[0]
-                  for path in (lake.root / "predictions").glob(f"*|{partition_slug(venue)}.parquet"))
+    """The configurations whose predictions are built for the venue."""
+    from peerify_dagster.partitions import built_prediction_keys, venue_and_configuration
+
+    return [venue_and_configuration(key)[1] for key in built_prediction_keys(lake, venue)]
 
 
 @guarded(ConfigError)
@@ -45,7 +45,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     import dagster as dg
 
     from peerify_dagster.jobs import venue_results_job
-    from peerify_dagster.partitions import configuration_partitions, venue_partitions
+    from peerify_dagster.partitions import add_venue_partitions
     from peerify_dagster.resources import runs
 
     registry_path = Path(paths.registry_path())
@@ -66,11 +66,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     instance = open_home(me, capture_step_output=False)
     with runs.exclusive_lock(lake.root / f".build-{venue.slug}.lock", me,
                              on_wait=lambda other: say(f"waiting for {other} to finish")):
-        if not instance.has_dynamic_partition(venue_partitions.name, args.venue):
-            instance.add_dynamic_partitions(venue_partitions.name, [args.venue])
-        known = set(instance.get_dynamic_partitions(configuration_partitions.name))
-        if new := [name for name in configurations if name not in known]:
-            instance.add_dynamic_partitions(configuration_partitions.name, new)
+        add_venue_partitions(instance, args.venue, configurations)
         result = run_job(instance, venue_results_job.name, args.venue,
                           asset_selection=[dg.AssetKey(asset) for asset in selection])
     if not result.success:

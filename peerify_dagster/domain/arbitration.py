@@ -3,7 +3,8 @@ humans answer it in (JSONL, CSV, Label Studio). Pure logic: no Dagster, no file 
 
 Anonymisation: a queue row shows the two labellers' answers as `candidate_1` / `candidate_2` in an order drawn per
 record from the venue's seed; which labeller is which lives only in `arbitration_key`. Nothing here that builds an
-export or a queue row reads the key.
+export or a queue row reads the key. A candidate without a usable label carries its labeller's raw answer
+(`candidate_N_raw_answer`), so the human sees what the model actually said.
 
 Decisions answering an older queue version (the queue is rebuilt whenever any item changes, so every decision
 soon answers an older version) are applied while what was chosen is still on offer in the same form: a candidate
@@ -13,15 +14,14 @@ Otherwise the decision is stale: kept in the ledger, reported, and the item is p
 
 from __future__ import annotations
 
-import csv
 import hashlib
-import io
 import json
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from xml.sax.saxutils import quoteattr
 
+from peerify_dagster.domain import records
 from peerify_dagster.domain.labels import LABELS
 
 LABELLERS = ("a", "b")
@@ -35,8 +35,9 @@ UPHELD = {"a": "a_upheld", "b": "b_upheld"}
 
 QUEUE_COLUMNS = (
     "venue", "item_id", "claim_id", "paper_id", "review_id", "source", "claim_text", "claim_type", "source_material",
-    "candidate_1_label", "candidate_1_justification", "candidate_1_evidence",
-    "candidate_2_label", "candidate_2_justification", "candidate_2_evidence", "reason", "queue_version",
+    "candidate_1_label", "candidate_1_justification", "candidate_1_evidence", "candidate_1_raw_answer",
+    "candidate_2_label", "candidate_2_justification", "candidate_2_evidence", "candidate_2_raw_answer", "reason",
+    "queue_version",
 )
 KEY_COLUMNS = ("item_id", "candidate_1_labeller", "candidate_2_labeller", "queue_version")
 CANONICAL_COLUMNS = (
@@ -46,8 +47,9 @@ CANONICAL_COLUMNS = (
 # What an export shows per item, then the answer fields a human fills in.
 EXPORT_COLUMNS = (
     "venue", "item_id", "claim_id", "source", "claim_type", "claim_text", "source_material",
-    "candidate_1_label", "candidate_1_justification", "candidate_1_evidence",
-    "candidate_2_label", "candidate_2_justification", "candidate_2_evidence", "reason", "queue_version",
+    "candidate_1_label", "candidate_1_justification", "candidate_1_evidence", "candidate_1_raw_answer",
+    "candidate_2_label", "candidate_2_justification", "candidate_2_evidence", "candidate_2_raw_answer", "reason",
+    "queue_version",
 )
 ANSWER_COLUMNS = ("choice", "label", "note")
 EXPORT_FORMATS = ("jsonl", "csv", "labelstudio")
@@ -101,9 +103,23 @@ class Queue:
     key: list[dict]  # arbitration_key: the A/B mapping, never shown
 
 
+def unparsed_call_ids(label_rows: Iterable[Mapping]) -> list[str]:
+    """The calls whose answer gave no usable label: the raw answers a queue shows (see build_queue)."""
+    return sorted({row["call_id"] for row in label_rows if row.get("call_id") and not row["parse_ok"]})
+
+
+def _raw_answer(answer: Mapping, raw_answers: Mapping[str, str]) -> str | None:
+    """The raw text of an answer without a usable label: the ledger's raw response of its call, else the label as
+    the model wrote it (claim_labels' raw_label); None when no call was made."""
+    if not answer.get("call_id"):
+        return None
+    return raw_answers.get(answer["call_id"]) or answer.get("raw_label")
+
+
 def build_queue(venue: str, seed: int, label_rows: Iterable[Mapping], claim_texts: Mapping[str, str],
-                claim_types: Mapping[str, str | None]) -> Queue:
-    """Every (claim, source) whose labellers disagree or failed to parse, with anonymised candidates."""
+                claim_types: Mapping[str, str | None], raw_answers: Mapping[str, str] | None = None) -> Queue:
+    """Every (claim, source) whose labellers disagree or failed to parse, with anonymised candidates. `raw_answers`:
+    call id -> the model's raw response, for the calls of unparsed_call_ids (from the llm_calls ledger)."""
     rows, orders = [], {}
     for item_id, pair in sorted(labeller_pairs(label_rows).items()):
         reason = queue_reason(_label(pair, "a"), _label(pair, "b"))
@@ -125,6 +141,8 @@ def build_queue(venue: str, seed: int, label_rows: Iterable[Mapping], claim_text
             row[f"{candidate}_label"] = _label(pair, labeller)
             row[f"{candidate}_justification"] = answer.get("justification")
             row[f"{candidate}_evidence"] = list(answer.get("evidence_quotes") or [])
+            row[f"{candidate}_raw_answer"] = (_raw_answer(answer, raw_answers or {})
+                                              if row[f"{candidate}_label"] is None else None)
         rows.append(row)
     version = queue_version(rows)
     for row in rows:
@@ -209,22 +227,25 @@ def export_records(queue_rows: Iterable[Mapping]) -> list[dict]:
 
 
 def to_jsonl(queue_rows: Iterable[Mapping]) -> str:
-    return "".join(json.dumps(record, ensure_ascii=False) + "\n" for record in export_records(queue_rows))
+    return records.jsonl_text(export_records(queue_rows))
 
 
 def to_csv(queue_rows: Iterable[Mapping]) -> str:
-    out = io.StringIO()
-    writer = csv.DictWriter(out, fieldnames=[*EXPORT_COLUMNS, *ANSWER_COLUMNS], lineterminator="\n")
-    writer.writeheader()
-    for record in export_records(queue_rows):
-        writer.writerow({name: "\n".join(value) if isinstance(value, list) else value
-                         for name, value in record.items()})
-    return out.getvalue()
+    return records.csv_text([*EXPORT_COLUMNS, *ANSWER_COLUMNS], (
+        {name: "\n".join(value) if isinstance(value, list) else value for name, value in record.items()}
+        for record in export_records(queue_rows)))
+
+
+def no_label_text(raw_answer: str | None) -> str:
+    """What a candidate without a usable label is shown as (the terminal and the Label Studio tasks)."""
+    return "(no label: the answer did not parse)" if raw_answer else "(no label: no usable answer)"
 
 
 def _candidate_text(row: Mapping, candidate: str) -> str:
     evidence = "\n".join(f"- {quote}" for quote in row[f"{candidate}_evidence"] or [])
-    parts = [f"Label: {row[f'{candidate}_label'] or '(no usable answer)'}", row[f"{candidate}_justification"] or ""]
+    raw = row.get(f"{candidate}_raw_answer")
+    parts = [f"Label: {row[f'{candidate}_label'] or no_label_text(raw)}", row[f"{candidate}_justification"] or "",
+             f"Raw answer:\n{raw}" if raw else ""]
     return "\n\n".join(part for part in (*parts, f"Evidence quoted:\n{evidence}" if evidence else "") if part)
 
 
@@ -262,11 +283,15 @@ def labelstudio_config() -> str:
 # -- imports -----------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class ImportProblem:
-    where: str  # "line 4", "task 2 (id 17)"
+    where: str | None  # "line 4", "task 2 (id 17)"; None: the file as a whole
     reason: str
+    line: int | None = None  # the file's line, where the problem has one
 
-    def __str__(self) -> str:
-        return f"{self.where}: {self.reason}"
+    def located(self, file: str) -> str:
+        """`file:line: reason` (`file: task 2 (id 17): reason` for a problem without a line)."""
+        if self.line is not None:
+            return f"{file}:{self.line}: {self.reason}"
+        return f"{file}: {self.where}: {self.reason}" if self.where else f"{file}: {self.reason}"
 
 
 @dataclass(frozen=True)
@@ -275,6 +300,7 @@ class Answer:
 
     where: str
     fields: dict  # venue, item_id, queue_version, choice, label, note (+ claim_id, source when the file has them)
+    line: int | None = None  # where the answer starts in a JSONL or CSV file
 
 
 @dataclass(frozen=True)
@@ -293,40 +319,37 @@ def _clean(value: object) -> object:
     return None if _blank(value) else value.strip() if isinstance(value, str) else value
 
 
-def read_jsonl(text: str) -> tuple[list[Answer], list[ImportProblem]]:
+def read_jsonl(data: bytes) -> tuple[list[Answer], list[ImportProblem]]:
     answers, problems = [], []
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
+    for line in records.json_lines(data):
+        where = f"line {line.number}"
+        if line.problem is not None or not isinstance(line.record, dict):
+            problems.append(ImportProblem(where, line.problem or "not a JSON object", line.number))
             continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            problems.append(ImportProblem(f"line {number}", f"not valid JSON ({exc.msg})"))
-            continue
-        if not isinstance(record, dict):
-            problems.append(ImportProblem(f"line {number}", "not a JSON object"))
-            continue
-        answers.append(Answer(f"line {number}", {k: _clean(v) for k, v in record.items()}))
+        answers.append(Answer(where, {k: _clean(v) for k, v in line.record.items()}, line.number))
     return answers, problems
 
 
-def read_csv(text: str) -> tuple[list[Answer], list[ImportProblem]]:
-    reader = csv.DictReader(io.StringIO(text))
-    answers, start = [], 2  # line 1 is the header
-    for record in reader:
-        answers.append(Answer(f"line {start}", {k: _clean(v) for k, v in record.items() if k is not None}))
-        start = reader.line_num + 1  # a quoted cell may span lines: the next row starts after this one ends
+def read_csv(data: bytes) -> tuple[list[Answer], list[ImportProblem]]:
+    answers = []
+    try:
+        for number, record in records.csv_records(records.decoded(data)):
+            answers.append(Answer(f"line {number}", {k: _clean(v) for k, v in record.items()}, number))
+    except records.RecordError as exc:
+        return answers, [ImportProblem(f"line {exc.line}", exc.reason, exc.line)]
     return answers, []
 
 
-def read_labelstudio(text: str) -> tuple[list[Answer], list[ImportProblem]]:
+def read_labelstudio(data: bytes) -> tuple[list[Answer], list[ImportProblem]]:
     """Label Studio's "Export JSON": a list of tasks, each with `data` and `annotations[].result[]`."""
     try:
-        tasks = json.loads(text)
+        tasks = json.loads(records.decoded(data))
+    except records.RecordError as exc:
+        return [], [ImportProblem(f"line {exc.line}", exc.reason, exc.line)]
     except json.JSONDecodeError as exc:
-        return [], [ImportProblem("file", f"not valid JSON ({exc.msg}, line {exc.lineno})")]
+        return [], [ImportProblem(f"line {exc.lineno}", f"not valid JSON ({exc.msg})", exc.lineno)]
     if not isinstance(tasks, list):
-        return [], [ImportProblem("file", "not a Label Studio export (a JSON list of tasks)")]
+        return [], [ImportProblem(None, "not a Label Studio export (a JSON list of tasks)")]
     answers, problems = [], []
     for number, task in enumerate(tasks, start=1):
         where = f"task {number}" + (f" (id {task['id']})" if isinstance(task, dict) and "id" in task else "")
@@ -385,12 +408,19 @@ def validate_answers(answers: Sequence[Answer], venue: str, queue_rows: Sequence
             others = [a.where for a in decided if a.fields.get("item_id") == item_id and a is not answer]
             reasons.append(f"duplicate answer for {item_id} (also {', '.join(others)})")
         if reasons:
-            problems += [ImportProblem(answer.where, reason) for reason in reasons]
+            problems += [ImportProblem(answer.where, reason, answer.line) for reason in reasons]
             continue
         row = queue[item_id]
         choice, label = _resolve_choice(answer.fields, row)
         valid.append(ValidAnswer(row, choice, label, answer.fields.get("note")))
     return valid, problems
+
+
+def answer_recorded(answer: ValidAnswer, decision) -> bool:  # noqa: ANN001 - a resources.decisions.Decision
+    """Whether `decision` (the annotator's current decision on the item, or None) records this answer already: the
+    same queue version, choice, label and note. Importing the same file twice records each answer once."""
+    return decision is not None and (decision.queue_version, decision.choice, decision.label, decision.note) == (
+        answer.queue_row["queue_version"], answer.choice, answer.label, answer.note)
 
 
 def _answer_problems(fields: Mapping, venue: str, queue: Mapping[str, Mapping], current_version: str | None,

@@ -29,8 +29,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import polars as pl
+
 from peerify_dagster.domain.layout.blocks import Block
 from peerify_dagster.domain.options import checked_options
+
+# chunks: the chunk table every later stage reads.
+CHUNK_SCHEMA = {
+    "venue": pl.String, "chunk_id": pl.String, "paper_id": pl.String, "section_path": pl.List(pl.String),
+    "section": pl.String, "kind": pl.String, "page": pl.Int64, "order": pl.Int64, "word_count": pl.Int64,
+    "text": pl.String, "text_sha256": pl.String,
+}
 
 CHUNK_KINDS = ("paragraph", "caption", "table", "figure", "appendix", "reference", "abstract", "checklist")
 STRATEGIES = ("pack", "paragraph")

@@ -158,6 +158,11 @@ COLUMNS: dict[str, str] = {
     "accuracy": "Share of the slice's claims predicted exactly right; parse failures, uncalled and missing claims "
                 "count as errors.",
     "macro_f1": "Mean F1 over the four labels (a label never predicted scores 0), every claim of the slice counted.",
+    "majority_label": "The slice's most frequent gold label (ties: first in label order): the majority-class baseline "
+                      "answers it for every claim.",
+    "majority_accuracy": "Accuracy of the majority-class baseline on the slice: the share of its claims whose gold "
+                         "label is majority_label. Compare accuracy with it.",
+    "majority_macro_f1": "Macro-F1 of the majority-class baseline on the slice (over the four labels).",
     "parse_failure_rate": "Parse failures / calls made; null when no call was made.",
     "per_class": "Per label: precision, recall, F1 and support (gold claims of that label), over the whole slice.",
     "predicted_distribution": "Claims per predicted label, with `unparsed` for parse failures, uncalled and missing.",
@@ -264,6 +269,11 @@ COLUMNS: dict[str, str] = {
     "candidate_2_label": "The label of the answer shown second.",
     "candidate_2_justification": "The justification of the answer shown second.",
     "candidate_2_evidence": "The evidence quotes of the answer shown second.",
+    "candidate_1_raw_answer": "When the answer shown first gave no usable label: the model's raw answer as the "
+                              "llm_calls ledger holds it (or, the call gone from the ledger, the label as written); "
+                              "null when it parsed or no call was made.",
+    "candidate_2_raw_answer": "When the answer shown second gave no usable label: its raw answer, as for "
+                              "candidate_1_raw_answer.",
     "queue_version": "sha256[:16] of the queue's items and candidate labels; a decision records the version it answered.",
     "candidate_1_labeller": "Labeller (a or b) whose answer is candidate_1.",
     "candidate_2_labeller": "Labeller (a or b) whose answer is candidate_2.",
@@ -322,6 +332,15 @@ TABLE_COLUMNS: dict[tuple[str, str], str] = {
     ("canonical_labels", "label"): "The canonical label; null while pending (never guessed).",
     ("canonical_labels", "decision_id"): "The decisions-ledger id of the human decision applied; null otherwise.",
     ("canonical_labels", "queue_version"): "The queue version the applied decision answered; null otherwise.",
+    ("orphaned_decisions", "decision_id"): "The decisions-ledger id of the human decision that no longer applies.",
+    ("orphaned_decisions", "kind"): "The decision's kind: arbitration, audit or consensus (its ledger file).",
+    ("orphaned_decisions", "claim_id"): "The claim id the decision was made on; no review claim of the venue has it.",
+    ("orphaned_decisions", "source"): "What the claim was judged against: thread (author responses) or manuscript.",
+    ("orphaned_decisions", "label"): "The label the human decided.",
+    ("orphaned_decisions", "annotator"): "The human who made the decision.",
+    ("orphaned_decisions", "decided_at"): "When the decision was recorded (UTC, ISO 8601).",
+    ("orphaned_decisions", "note"): "The annotator's note on the decision; null when none was written.",
+    ("orphaned_decisions", "reason"): "Why the decision no longer applies (its claim changed on re-extraction).",
     ("benchmark_slices", "claim_id"): "The claim's id: a review claim (review_claims) or a PaperSourced claim.",
     ("benchmark_slices", "claim_text"): "The claim as a verifier is given it: the review claim, or the PaperSourced "
                                         "claim's rephrasing.",

@@ -5,16 +5,22 @@ annotators against each other). A missing prediction (None: the answer did not p
 reason the caller counts as a miss) is an error, never dropped: it lands in the confusion matrix's `unparsed`
 column and lowers accuracy and recall. Macro-F1 always averages over the fixed four classes, so a class never
 predicted scores 0 instead of disappearing from the average.
+
+Numbers that cannot mislead: beside a score goes the majority-class baseline of the same items (always answering
+their most frequent gold label), and a rater (verifier or labeller) who gives one label for ONE_LABEL_PERCENT or
+more of its answers is named (`dominant_label`), since its accuracy or agreement then mostly reflects how common
+that label is.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from peerify_dagster.domain.labels import LABELS
 
 UNPARSED = "unparsed"
+ONE_LABEL_PERCENT = 90  # one label making up this share of a rater's answers, or more, earns a warning
 
 
 def _paired(gold: Sequence[str], predicted: Sequence[str | None]) -> list[tuple[str, str | None]]:
@@ -90,3 +96,51 @@ def cohen_kappa(first: Sequence[str], second: Sequence[str]) -> float | None:
     if expected == 1.0:
         return None
     return (observed - expected) / (1.0 - expected)
+
+
+@dataclass(frozen=True)
+class MajorityBaseline:
+    """Always answering the items' most frequent gold label (ties: the first in LABELS order)."""
+
+    label: str
+    accuracy: float
+    macro_f1: float
+
+
+def majority_baseline(gold: Sequence[str]) -> MajorityBaseline | None:
+    """The majority-class baseline of these gold labels; None for an empty set."""
+    if not gold:
+        return None
+    label = max(LABELS, key=lambda candidate: sum(g == candidate for g in gold))
+    always = [label] * len(gold)
+    return MajorityBaseline(label, accuracy(gold, always), macro_f1(gold, always))
+
+
+@dataclass(frozen=True)
+class DominantLabel:
+    """One label making up ONE_LABEL_PERCENT or more of a rater's answers."""
+
+    label: str
+    count: int  # answers with this label
+    answered: int  # answers with any of the four labels (no usable label is no answer)
+
+    @property
+    def share(self) -> str:
+        return f"{self.count / self.answered:.0%}"
+
+
+def dominant_label(counts: Mapping[str, int]) -> DominantLabel | None:
+    """The label that makes up ONE_LABEL_PERCENT or more of the answers (`counts`: label -> answers; keys other than
+    the four labels, such as `unparsed`, are not answers), or None. Compared in integers: exactly 90% warns."""
+    answered = sum(counts.get(label, 0) for label in LABELS)
+    if not answered:
+        return None
+    label = max(LABELS, key=lambda candidate: counts.get(candidate, 0))
+    count = counts.get(label, 0)
+    return DominantLabel(label, count, answered) if count * 100 >= ONE_LABEL_PERCENT * answered else None
+
+
+def distribution_text(counts: Mapping[str, int]) -> str:
+    """Answers per label in one cell, zero counts left out: 'Supported 46, unparsed 1' ('none' without answers)."""
+    shown = [f"{label} {counts[label]}" for label in (*LABELS, UNPARSED) if counts.get(label)]
+    return ", ".join(shown) or "none"

@@ -19,7 +19,7 @@ import hashlib
 import io
 import json
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,6 +41,7 @@ from peerify_dagster.domain.labelling import (
 )
 from peerify_dagster.domain.labels import LABELS, NOT_DETERMINED, SUPPORTED
 from peerify_dagster.domain.llm_calls import canonical_json, parse_answer
+from peerify_dagster.domain.records import json_lines, jsonl_bytes
 from peerify_dagster.domain.slices import SLICE_COLUMNS, SLICE_SCHEMA, SLICES
 
 FORMAT = "peerify-label-release/1"
@@ -97,10 +98,6 @@ def parquet_bytes(table: pa.Table) -> bytes:
 
 def slice_parquet(frame: pl.DataFrame) -> bytes:
     return parquet_bytes(pa.Table.from_pylist(slice_rows(frame).to_dicts(), schema=SLICE_ARROW_SCHEMA))
-
-
-def jsonl_bytes(records: Iterable[Mapping[str, Any]]) -> bytes:
-    return "".join(json.dumps(record, ensure_ascii=False) + "\n" for record in records).encode("utf-8")
 
 
 def slice_jsonl(frame: pl.DataFrame) -> bytes:
@@ -256,16 +253,13 @@ def _read_parquet(path: Path, schema: pa.Schema) -> tuple[pa.Table | None, str |
 
 def _read_json_lines(path: Path, accepts: Callable[[Any], bool],
                      what: str) -> tuple[list[dict], str | None]:
-    """The file's JSON objects up to the first line that is not JSON or that `accepts` refuses (named with `what`)."""
+    """The file's JSON objects up to the first line that is not UTF-8, not JSON or that `accepts` refuses (named with
+    `what`), and that line as `file:line: reason`."""
     records = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            return records, f"{path.name} line {number}: not JSON ({exc.msg})"
-        if not accepts(record):
-            return records, f"{path.name} line {number}: {what}"
-        records.append(record)
+    for line in json_lines(path.read_bytes()):
+        if line.problem is not None or not accepts(line.record):
+            return records, f"{path.name}:{line.number}: {line.problem or what}"
+        records.append(line.record)
     return records, None
 
 

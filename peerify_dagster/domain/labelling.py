@@ -16,7 +16,9 @@ its tokenizer through the gateway), so the fit check keeps ESTIMATE_MARGIN of he
 
 Agreement between the labellers is raw agreement, Cohen's kappa and the 4x4 table (rows: A's label, columns:
 B's label, both in LABELS order). Items where either labeller made no call (a rule label, a missing manuscript,
-evidence too long) or gave no usable label are counted apart, never in the table.
+evidence too long) or gave no usable label are counted apart, never in the table. An undefined kappa is explained
+in words (`kappa_explanation`), and a labeller that gave one label to 90% or more of the pairs is named
+(`agreement_warnings`): its agreement then mostly reflects that one label.
 """
 
 from __future__ import annotations
@@ -26,11 +28,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import polars as pl
+
 from peerify_dagster.domain import label_metrics
 from peerify_dagster.domain.labels import LABELS
 from peerify_dagster.domain.llm_calls import JsonExtractionError, estimate_tokens, extract_json_object
 from peerify_dagster.domain.options import checked_options
 from peerify_dagster.domain.prompts import format_passages, load_prompt
+from peerify_dagster.domain.retrieval import RETRIEVER_CONFIGS
 
 SOURCE_THREAD = "thread"
 SOURCE_MANUSCRIPT = "manuscript"
@@ -43,7 +48,14 @@ THREAD_LONGEST_REPLY = "longest_author_reply"
 THREAD_WITH_FOLLOWUPS = "thread_with_followups"
 THREAD_CHOICES = (THREAD_LONGEST_REPLY, THREAD_WITH_FOLLOWUPS)
 MANUSCRIPT_CHOICES = ("auto", "whole", "retrieved")
-RETRIEVER_CHOICES = ("bm25", "dense", "hybrid")
+# The labelling step loads no cross-encoder, so only the retrievers that need none.
+RETRIEVER_CHOICES = tuple(name for name, config in RETRIEVER_CONFIGS.items() if not config.rerank)
+
+# claim_threads: the author text of each claim's review thread, as the thread labeller saw it.
+CLAIM_THREAD_SCHEMA = {
+    "venue": pl.String, "claim_id": pl.String, "paper_id": pl.String, "review_id": pl.String,
+    "thread_mode": pl.String, "thread_text": pl.String, "thread_tokens": pl.Int64,
+}
 
 # evidence_mode values (claim_labels.evidence_mode)
 MODE_LONGEST_REPLY = THREAD_LONGEST_REPLY
@@ -324,12 +336,58 @@ def markdown_table(table: Sequence[Sequence[int]], labels: Sequence[str] = LABEL
     return "\n".join([header, rule, *body])
 
 
+def kappa_explanation(kappa_status: str, table: Sequence[Sequence[int]] | None,
+                      labels: Sequence[str] = LABELS) -> str | None:
+    """Why kappa is undefined, in words (None when it is defined); `table` as in Agreement.table."""
+    if kappa_status == KAPPA_NO_PAIRS:
+        return "Cohen's kappa is undefined: no item has a usable label from both labellers."
+    if kappa_status != KAPPA_UNDEFINED:
+        return None
+    used = [(label, row[position]) for position, (label, row) in enumerate(zip(labels, table or []))
+            if row[position]]
+    which = f"{used[0][0]} to all {used[0][1]} items" if len(used) == 1 else "one and the same label to every item"
+    return (f"Cohen's kappa is undefined: both labellers gave {which}, so chance agreement is 1 and agreement beyond "
+            "chance cannot be measured; the raw agreement of 1.000 only says they never differed.")
+
+
+def labeller_warning(labeller: str, source: str, counts: Mapping[str, int]) -> str | None:
+    """The plain-words warning for a labeller that gave one label to 90% or more of its pairs on a source."""
+    dominant = label_metrics.dominant_label(counts)
+    if dominant is None:
+        return None
+    return (f"Labeller {labeller} answered {dominant.label} to {dominant.count} of the {dominant.answered} {source} "
+            f"items both labellers labelled ({dominant.share}): raw agreement mostly reflects how common "
+            f"{dominant.label} is; read kappa and the table, not raw agreement.")
+
+
+def agreement_warnings(rows: Iterable[Mapping[str, Any]], labels: Sequence[str] = LABELS) -> list[str]:
+    """The sentences labeller_agreement rows (source, claim_type, kappa_status, confusion) call for: every undefined
+    kappa explained, and a labeller that gave one label to 90% or more of the pairs of a source (its `all`
+    claim-type row, where kappa is defined: an undefined one already says both gave one label; the pooled source
+    is left out, it would repeat them). A sentence that would repeat another of the same source word for word (a
+    venue with a single claim type) is said once."""
+    warnings, said = [], set()
+    for row in rows:
+        table = row.get("confusion") or []
+        explained = kappa_explanation(row["kappa_status"], table, labels)
+        if explained and (row["source"], explained) not in said:
+            said.add((row["source"], explained))
+            warnings.append(f"{row['source']}, claim type {row['claim_type']}: {explained}")
+        elif row["claim_type"] == "all" and row["source"] in SOURCES and table:
+            answers = {"a": [sum(cells) for cells in table], "b": [sum(cells) for cells in zip(*table)]}
+            warnings += [warning for labeller, sums in answers.items()
+                         if (warning := labeller_warning(labeller, row["source"], dict(zip(labels, sums))))]
+    return warnings
+
+
 def describe(summary: AgreementSummary) -> str:
-    """One line: pairs, agreement, kappa (or why there is none), and what was counted apart."""
+    """One line: pairs, agreement, kappa (or why there is none, in words), and what was counted apart."""
     result = summary.agreement
     if result.kappa_status == KAPPA_NO_PAIRS:
         core = "no pairs to compare"
     else:
         kappa = f"{result.kappa:.3f}" if result.kappa is not None else f"undefined ({result.kappa_status})"
         core = f"{result.n_pairs} pairs, agreement {result.raw_agreement:.3f}, Cohen's kappa {kappa}"
-    return f"{core}; counted apart: {summary.n_without_call} without a call, {summary.n_parse_failed} parse failures"
+    explained = kappa_explanation(result.kappa_status, result.table)
+    return (f"{core}; counted apart: {summary.n_without_call} without a call, {summary.n_parse_failed} parse failures"
+            + (f". {explained}" if explained else ""))

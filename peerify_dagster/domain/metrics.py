@@ -7,6 +7,14 @@ errors in accuracy and macro-F1 (the `unparsed` column of the confusion matrix),
 Accuracy, per-class scores, macro-F1 and the confusion matrix come from label_metrics, the one implementation every
 label comparison uses.
 
+Beside accuracy and macro-F1 goes the slice's majority-class baseline (always answering its most frequent gold
+label: majority_label, majority_accuracy, majority_macro_f1), and a verifier that gave one label for 90% or more of
+its answers on a slice gets a plain-words warning (`one_label_warnings`): a model answering Supported to nearly
+everything scores near 1.0 on a slice of Supported claims.
+
+The venue's hand-written answer key is not a slice: `answer_key_metrics` scores it from the predictions themselves
+(their gold_label), in the same columns.
+
 Token costs: the tokens a configuration spends per claim it called the verifier for, and the ratio of the same
 verifier's full-context tokens per claim to it over the claims both called (the paper: 2.2K vs 21K tokens per claim).
 """
@@ -21,17 +29,20 @@ import polars as pl
 
 from peerify_dagster.domain import label_metrics
 from peerify_dagster.domain.labels import LABELS
-from peerify_dagster.domain.predictions import CLAIM_SETS, MODE_FULL_CONTEXT, STATUS_OK
+from peerify_dagster.domain.predictions import CLAIM_SETS, MODE_FULL_CONTEXT, SOURCE_ANSWER_KEY, STATUS_OK
 from peerify_dagster.domain.retrieval_metrics import markdown_table
 from peerify_dagster.domain.slices import SLICES
 
 STATUS_SCORED, STATUS_EMPTY = "ok", "empty"
+ANSWER_KEY = "answer key"  # the `slice` of answer_key_metrics' rows
+MAJORITY_ROW = "majority-class baseline"  # the row of a table that shows each slice's baseline
 _F64, _I64, _TEXT = pl.Float64, pl.Int64, pl.String
 _DESCRIBED = {"venue": _TEXT, "configuration": _TEXT, "verifier": _TEXT, "mode": _TEXT, "retriever": _TEXT, "k": _I64}
 METRICS_SCHEMA: dict[str, pl.DataType] = {
     **_DESCRIBED, "slice": _TEXT, "status": _TEXT,
     "n_claims": _I64, "n_predicted": _I64, "n_parse_failures": _I64, "n_not_called": _I64, "n_missing": _I64,
-    "accuracy": _F64, "macro_f1": _F64, "parse_failure_rate": _F64,
+    "accuracy": _F64, "macro_f1": _F64, "majority_label": _TEXT, "majority_accuracy": _F64, "majority_macro_f1": _F64,
+    "parse_failure_rate": _F64,
     "per_class": pl.List(pl.Struct({"label": _TEXT, "precision": _F64, "recall": _F64, "f1": _F64, "support": _I64})),
     "confusion": pl.List(pl.Struct({"gold": _TEXT, "predicted": _TEXT, "count": _I64})),
     "predicted_distribution": pl.List(pl.Struct({"label": _TEXT, "count": _I64})),
@@ -90,11 +101,14 @@ def score_slice(gold: Mapping[str, str], predicted: Mapping[str, Mapping[str, An
     tokens_in = sum(row["tokens_in"] or 0 for row in called)
     tokens_out = sum(row["tokens_out"] or 0 for row in called)
     n_predicted = sum(label is not None for label in labels)
+    baseline = label_metrics.majority_baseline(golds)
     return {
         "n_claims": len(claims), "n_predicted": n_predicted, "n_parse_failures": len(called) - n_predicted,
         "n_not_called": sum(row is not None and row["status"] != STATUS_OK for row in rows),
         "n_missing": sum(row is None for row in rows),
         "accuracy": label_metrics.accuracy(golds, labels), "macro_f1": label_metrics.macro_f1(golds, labels),
+        "majority_label": baseline and baseline.label, "majority_accuracy": baseline and baseline.accuracy,
+        "majority_macro_f1": baseline and baseline.macro_f1,
         "parse_failure_rate": _mean(len(called) - n_predicted, len(called)),
         "per_class": [{"label": s.label, "precision": s.precision, "recall": s.recall, "f1": s.f1,
                        "support": s.support} for s in label_metrics.per_class(golds, labels)],
@@ -142,6 +156,44 @@ def _tokens(rows: Iterable[Mapping[str, Any]]) -> int:
     return sum((row["tokens_in"] or 0) + (row["tokens_out"] or 0) for row in rows)
 
 
+def answer_key_metrics(predictions: pl.DataFrame) -> pl.DataFrame:
+    """The metrics columns per (configuration, verifier) over the answer-key claims it predicted, scored against the
+    key's labels that the prediction rows carry (gold_label); `slice` is ANSWER_KEY. No rows without such claims."""
+    keyed = predictions.filter((pl.col("claim_source") == SOURCE_ANSWER_KEY) & pl.col("gold_label").is_in(LABELS))
+    out = []
+    for (configuration, verifier), rows in sorted(_runs(keyed).items()):
+        gold = {row["claim_id"]: row["gold_label"] for row in rows}
+        out.append({"venue": rows[0]["venue"], "configuration": configuration, "verifier": verifier,
+                    **{c: rows[0][c] for c in ("mode", "retriever", "k")}, "slice": ANSWER_KEY,
+                    "status": STATUS_SCORED, **score_slice(gold, {row["claim_id"]: row for row in rows})})
+    return pl.DataFrame(out, schema=METRICS_SCHEMA)
+
+
+def predicted_counts(row: Mapping[str, Any]) -> dict[str, int]:
+    """A metrics row's predicted_distribution as label -> claims (empty for an empty slice)."""
+    return {cell["label"]: cell["count"] for cell in row.get("predicted_distribution") or []}
+
+
+def one_label_warning(row: Mapping[str, Any]) -> str | None:
+    """The plain-words warning for a metrics row whose verifier gave one label for 90% or more of its answers."""
+    dominant = label_metrics.dominant_label(predicted_counts(row))
+    if dominant is None:
+        return None
+    unanswered = row["n_claims"] - dominant.answered
+    more = f", and no usable label for {unanswered} more" if unanswered else ""
+    baseline = "-" if row.get("majority_accuracy") is None else f"{row['majority_accuracy']:.2f}"
+    where = "the answer key" if row["slice"] == ANSWER_KEY else row["slice"]
+    return (f"Verifier {row['verifier']} ({row['configuration']}) answered {dominant.label} to {dominant.count} of "
+            f"{dominant.answered} claims ({dominant.share}) on {where}{more}: its accuracy mostly reflects the "
+            f"share of {dominant.label} claims; compare with the majority baseline {baseline} (always answering "
+            f"{row.get('majority_label')}).")
+
+
+def one_label_warnings(metrics: pl.DataFrame) -> list[str]:
+    """one_label_warning of every row that earns one, in the table's order."""
+    return [warning for row in metrics.iter_rows(named=True) if (warning := one_label_warning(row))]
+
+
 def token_costs(venue: str, predictions: pl.DataFrame) -> pl.DataFrame:
     """One row per (verifier, configuration): claims the verifier was called for, their tokens, tokens per claim; and
     against the same verifier's full-context configuration (the one sharing most called claims, then by name): its
@@ -175,17 +227,31 @@ def _cell(value: float | None) -> str:
 
 
 def metrics_markdown(metrics: pl.DataFrame) -> str:
-    """Accuracy / macro-F1 per configuration x verifier (rows) and slice (columns); `empty` for an empty slice."""
+    """Accuracy / macro-F1 per configuration x verifier (rows) and slice (columns), `empty` for an empty slice, with
+    a last row holding each slice's majority-class baseline; then the predicted labels in the same layout and the
+    one-label warnings."""
     present = set(metrics["slice"])
     names = [name for name in _in_slice_order(present) if name in present]
-    table: dict[tuple[str, str], dict[str, str]] = {}
+    scores: dict[tuple[str, str], dict[str, str]] = {}
+    predicted: dict[tuple[str, str], dict[str, str]] = {}
+    baseline = {"configuration": MAJORITY_ROW, "verifier": "-"}
     for row in metrics.iter_rows(named=True):
-        cells = table.setdefault((row["configuration"], row["verifier"]),
-                                 {"configuration": row["configuration"], "verifier": row["verifier"]})
-        cells[row["slice"]] = (STATUS_EMPTY if row["status"] == STATUS_EMPTY
-                               else f"{_cell(row['accuracy'])} / {_cell(row['macro_f1'])} (n={row['n_claims']})")
-    return ("accuracy / macro-F1 (n = claims in the slice; unparsed, not called and missing count as errors)\n\n"
-            + markdown_table([table[key] for key in sorted(table)], ["configuration", "verifier", *names]))
+        key, empty = (row["configuration"], row["verifier"]), row["status"] == STATUS_EMPTY
+        scores.setdefault(key, dict(zip(("configuration", "verifier"), key)))[row["slice"]] = (
+            STATUS_EMPTY if empty else f"{_cell(row['accuracy'])} / {_cell(row['macro_f1'])} (n={row['n_claims']})")
+        predicted.setdefault(key, dict(zip(("configuration", "verifier"), key)))[row["slice"]] = (
+            STATUS_EMPTY if empty else label_metrics.distribution_text(predicted_counts(row)))
+        if not empty:
+            baseline[row["slice"]] = (f"{_cell(row['majority_accuracy'])} / {_cell(row['majority_macro_f1'])} "
+                                      f"(always {row['majority_label']})")
+    columns = ["configuration", "verifier", *names]
+    warnings = one_label_warnings(metrics)
+    return ("accuracy / macro-F1 (n = claims in the slice; unparsed, not called and missing count as errors; the last "
+            "row: always answering the slice's most frequent gold label)\n\n"
+            + markdown_table([*(scores[key] for key in sorted(scores)), baseline], columns)
+            + "\n\npredicted labels (claims per label answered; unparsed: no usable label)\n\n"
+            + markdown_table([predicted[key] for key in sorted(predicted)], columns)
+            + "".join(f"\n\n**Warning:** {warning}" for warning in warnings))
 
 
 def token_costs_markdown(costs: pl.DataFrame) -> str:

@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import polars as pl
 import yaml
 
 from peerify_dagster.domain.labelling import THREAD_PROMPT
@@ -67,6 +68,17 @@ CHARS_PER_TOKEN = 3
 
 
 CONFIGURATION_HASH = "configuration_hash"  # predictions metadata key: the definition a partition was built from
+PAIR_SEPARATOR = "|"  # a predictions partition key is `<configuration>|<venue>`; never in a configuration name (_NAME)
+
+
+def prediction_key(venue: str, configuration: str) -> str:
+    return f"{configuration}{PAIR_SEPARATOR}{venue}"
+
+
+def venue_and_configuration(key: str) -> tuple[str, str]:
+    """The (venue, configuration) of a predictions partition key."""
+    configuration, _, venue = key.partition(PAIR_SEPARATOR)
+    return venue, configuration
 
 
 class ConfigurationError(ValueError):
@@ -111,11 +123,15 @@ class Configurations:
     configurations: dict[str, Configuration]
     venue_defaults: dict[str, tuple[str, ...]] = field(default_factory=dict)  # venue -> the configurations it builds
     release_defaults: tuple[str, ...] | None = None  # what a venue imported from a release builds unless listed
+    other_defaults: tuple[str, ...] | None = None  # what any other venue not listed builds (the paper's grid)
 
     def for_venue(self, venue: str, release: bool = False) -> list[Configuration]:
         """The configurations `peerify build <venue>` runs: the venue's list, else (a venue imported from a release,
-        whose name the file cannot know in advance) `release_venues:`, else all of them."""
-        fallback = self.release_defaults if release and self.release_defaults else tuple(self.configurations)
+        whose name the file cannot know in advance) `release_venues:`, else `default_venues:` (the paper's grid:
+        never another venue's small demo list), else, in a file without it, all of them."""
+        fallback = self.other_defaults or tuple(self.configurations)
+        if release and self.release_defaults:
+            fallback = self.release_defaults
         names = self.venue_defaults.get(venue, fallback)
         return [self.configurations[name] for name in names]
 
@@ -143,12 +159,13 @@ def load_configurations(path: Path, models: Collection[str], roles: Collection[s
                       for name, entry in raw["configurations"].items()}
     venue_defaults = {str(venue): _names(path, f"venues.{venue}", names, configurations)
                       for venue, names in (raw.get("venues") or {}).items()}
-    release = _names(path, "release_venues", raw["release_venues"], configurations) if "release_venues" in raw else None
-    return Configurations(Path(path), configurations, venue_defaults, release)
+    release, other = (_names(path, key, raw[key], configurations) if key in raw else None
+                      for key in ("release_venues", "default_venues"))
+    return Configurations(Path(path), configurations, venue_defaults, release, other)
 
 
 def _names(path: Path, where: str, names: Any, configurations: Mapping[str, Configuration]) -> tuple[str, ...]:
-    """A list of configuration names of the file (`venues.<venue>`, `release_venues`), checked."""
+    """A list of configuration names of the file (`venues.<venue>`, `release_venues`, `default_venues`), checked."""
     if not isinstance(names, list) or not names:
         raise ConfigurationError(f"{path}: {where}: expected a list of configuration names")
     unknown = [n for n in names if n not in configurations]
@@ -222,6 +239,14 @@ def verifier_items(planned: Iterable[PlannedPrediction], text_of: Mapping[str, s
             {"claim": p.claim["claim_text"],
              "evidence": format_passages([(chunk_id, text_of[chunk_id]) for chunk_id in p.evidence_chunk_ids])}
             for p in planned if p.status == STATUS_OK]
+
+
+def chunks_by_paper(chunks: pl.DataFrame) -> tuple[dict[str, list[tuple[str, str]]], dict[str, str]]:
+    """paper id -> its (chunk id, text) in manuscript order; chunk id -> text."""
+    paper_chunks: dict[str, list[tuple[str, str]]] = {}
+    for paper_id, chunk_id, text in chunks.sort("paper_id", "order").select("paper_id", "chunk_id", "text").iter_rows():
+        paper_chunks.setdefault(paper_id, []).append((chunk_id, text))
+    return paper_chunks, dict(zip(chunks["chunk_id"], chunks["text"]))
 
 
 def plan_predictions(

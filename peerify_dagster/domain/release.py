@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from peerify_dagster.domain.labels import normalise_label
+from peerify_dagster.domain.records import RecordError, json_lines
 from peerify_dagster.domain.retrieval import PaperIndex
 
 RELEASE_FILES: dict[str, str] = {
@@ -54,6 +55,9 @@ _EVIDENCE_FIELDS: dict[str, tuple[str, ...]] = {
     "B6": ("evidence",),
 }
 _SECTION_FIELDS: dict[str, tuple[str, ...]] = {"B1": (), "B3": ("section",), "B4": (), "B6": ("section",)}
+# Text fields, a string (or null) wherever a row has them: ids, claims, passages and responses become table columns.
+_TEXT_FIELDS = ("paper_id", "review_id", "claim", "original_claim", "paragraph", "section_name", "claim_type",
+                "author_response", "combined_author_response")
 
 # Quotes inside an evidence string: curly or straight double quotes around at least a few words.
 _QUOTED = re.compile(r"\u201c([^\u201d]{20,}?)\u201d|\"([^\"]{20,}?)\"")
@@ -61,13 +65,8 @@ _HTML_COMMENT = re.compile(r"<!--.*?-->", re.DOTALL)
 _WHITESPACE = re.compile(r"\s+")
 
 
-class ReleaseRowError(ValueError):
-    """A release row that could not be used; the message names the file, the line and the reason."""
-
-    def __init__(self, file: str, line: int | None, reason: str) -> None:
-        self.file, self.line, self.reason = file, line, reason
-        where = f"{file}:{line}" if line is not None else file
-        super().__init__(f"{where}: {reason}")
+class ReleaseRowError(RecordError):
+    """A release row that could not be used; the message is `file:line: reason`."""
 
     def as_row(self) -> dict[str, Any]:
         return {"file": self.file, "line": self.line, "reason": self.reason, "message": str(self)}
@@ -107,6 +106,9 @@ def _as_list(value: Any, field_name: str) -> list[str]:
 def _normalise_row(kind: str, row: Any) -> dict[str, Any]:
     if not isinstance(row, dict):
         raise ValueError(f"expected a JSON object, got {type(row).__name__}")
+    for name in _TEXT_FIELDS:
+        if row.get(name) is not None and not isinstance(row[name], str):
+            raise ValueError(f"field {name} must be a string, got {type(row[name]).__name__}")
     missing = [name for name in _REQUIRED_FIELDS[kind] if not row.get(name)]
     if missing:
         raise ValueError(f"missing or empty field(s) {', '.join(missing)}")
@@ -144,18 +146,17 @@ def load_release(folder: str | Path) -> dict[str, list[dict[str, Any]]]:
         if not path.is_file():
             errors.append(ReleaseRowError(file_name, None, "file is missing").as_row())
             continue
-        with path.open(encoding="utf-8") as handle:
-            for line_number, line in enumerate(handle, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    row = _normalise_row(kind, json.loads(line))
-                except (json.JSONDecodeError, ValueError) as exc:
-                    errors.append(ReleaseRowError(file_name, line_number, str(exc)).as_row())
-                    continue
-                row["row_id"] = f"{kind}:{line_number}"
-                row["source_line"] = line_number
-                release[kind].append(row)
+        for line in json_lines(path.read_bytes()):
+            try:
+                if line.problem is not None:
+                    raise ValueError(line.problem)
+                row = _normalise_row(kind, line.record)
+            except ValueError as exc:
+                errors.append(ReleaseRowError(file_name, line.number, str(exc)).as_row())
+                continue
+            row["row_id"] = f"{kind}:{line.number}"
+            row["source_line"] = line.number
+            release[kind].append(row)
     release[ERRORS_KEY] = errors
     return release
 

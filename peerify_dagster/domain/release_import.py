@@ -32,6 +32,7 @@ import polars as pl
 from peerify_dagster.domain.labels import SUPPORTED
 from peerify_dagster.domain.llm_calls import estimate_tokens
 from peerify_dagster.domain.predictions import SOURCE_PAPER, SOURCE_REVIEW
+from peerify_dagster.domain.records import json_lines
 from peerify_dagster.domain.release import (
     ERRORS_KEY,
     RELEASE_FILES,
@@ -189,8 +190,10 @@ def import_release(folder: Path, venue: str, per_slice: int | None = None, seed:
     if per_slice is not None:
         slices, sample = _sample(slices, per_slice, seed)
     kept = {row["claim_id"] for row in slices}
-    lines = {kind: (folder / name).read_text(encoding="utf-8").splitlines() for kind, name in RELEASE_FILES.items()}
-    rows = [_release_row(venue, kind, row, ids[row["row_id"]], lines[kind][row["source_line"] - 1])
+    # The lines as load_release numbered them (split on "\n" only: a U+2028 in a review is no line break).
+    lines = {kind: {line.number: line.text for line in json_lines((folder / name).read_bytes())}
+             for kind, name in RELEASE_FILES.items()}
+    rows = [_release_row(venue, kind, row, ids[row["row_id"]], lines[kind][row["source_line"]])
             for kind in RELEASE_FILES for row in release[kind] if ids[row["row_id"]] in kept]
     papers = {row["paper_id"] for row in slices}
     tables = {

@@ -4,6 +4,10 @@ self-contained HTML page (no Dagster, no I/O).
 Every table and figure names the asset and partition it came from ("source: metrics [sample]"). A table the venue
 never built (a venue imported from a release has no labeller agreement, usage or chunks) is listed with the reason
 instead of failing the report.
+
+Numbers that cannot mislead: every accuracy / macro-F1 table carries the majority-class baseline of its slice and
+the predicted-label distribution, and plain-words warnings go under a table wherever a verifier or labeller gave one
+label for 90% or more of its answers, or labeller agreement has an undefined kappa.
 """
 
 from __future__ import annotations
@@ -18,18 +22,27 @@ import polars as pl
 
 from peerify_dagster.domain import plots
 from peerify_dagster.domain.arbitration import AGREED, PENDING, THIRD_LABEL, UNLABELLED, UPHELD
-from peerify_dagster.domain.label_metrics import UNPARSED, confusion_matrix
+from peerify_dagster.domain.label_metrics import UNPARSED, confusion_matrix, distribution_text
+from peerify_dagster.domain.labelling import agreement_warnings
+from peerify_dagster.domain.metrics import (
+    ANSWER_KEY,
+    MAJORITY_ROW,
+    METRICS_SCHEMA,
+    answer_key_metrics,
+    one_label_warnings,
+    predicted_counts,
+)
 from peerify_dagster.domain.labels import LABELS
 from peerify_dagster.domain.predictions import SOURCE_ANSWER_KEY, STATUS_OK
 from peerify_dagster.domain.slices import SLICES
 
 NOT_BUILT = "not built for this venue"
 NOT_EMBEDDED = "figure not embedded"
+WARNING = "Warning"
 UI_EMBED_BYTES = 2 * 1024 * 1024  # PNG bytes the report asset's metadata embeds (the sample's report: about 340 KiB)
 MISSING_CELL = "–"
 PREDICTED_COLUMNS = (*LABELS, UNPARSED)
 PROVENANCES = (AGREED, UPHELD["a"], UPHELD["b"], THIRD_LABEL, PENDING, UNLABELLED)
-ANSWER_KEY_PANEL = "answer key"
 # The tables the report reads, one venue partition each (predictions are read per configuration).
 REPORT_TABLES = ("benchmark_slices", "metrics", "token_costs", "retrieval_metrics", "labeller_agreement",
                  "canonical_labels", "llm_usage", "chunks")
@@ -38,7 +51,9 @@ RETRIEVAL_COLUMNS = ("retriever", "relevance", "status", "n_claims", "n_claims_s
                      "n_claims_gold_unlocatable", *plots.RETRIEVAL_METRICS)
 AGREEMENT_COLUMNS = ("source", "claim_type", "n_items", "n_without_call", "n_parse_failed", "n_pairs", "agreed",
                      "raw_agreement", "kappa", "kappa_status")
-SCORE_COLUMNS = ("n_claims", "n_predicted", "n_parse_failures", "n_not_called", "n_missing", "accuracy", "macro_f1",
+PREDICTED = "predicted"  # the predicted-label distribution of a row, in one cell
+SCORE_COLUMNS = ("n_claims", "n_predicted", "n_parse_failures", "n_not_called", "n_missing", "accuracy",
+                 "majority_accuracy", "macro_f1", "majority_macro_f1", "majority_label", PREDICTED,
                  "parse_failure_rate", "tokens_per_claim")
 TOKEN_COST_COLUMNS = (*CONFIGURATION_COLUMNS, "claims_called", "tokens_in", "tokens_out", "tokens_per_claim",
                       "full_context_configuration", "full_context_tokens_per_claim", "ratio_to_full_context")
@@ -66,6 +81,7 @@ class Table:
     sources: tuple[Input, ...]
     frame: pl.DataFrame | None  # None: an input is missing (its reason is shown instead)
     note: str = ""
+    warnings: tuple[str, ...] = ()  # plain-words warnings shown under the table
 
 
 @dataclass(frozen=True)
@@ -126,17 +142,52 @@ def _sorted_metrics(metrics: pl.DataFrame) -> pl.DataFrame:
         .sort("verifier", "configuration", "_order").drop("_order")
 
 
+def _predicted_text(row: Mapping) -> str | None:
+    """The row's predicted-label distribution in one cell; None for an empty slice (or a table without it)."""
+    return distribution_text(predicted_counts(row)) if row.get("predicted_distribution") is not None else None
+
+
+def _predicted_column(metrics: pl.DataFrame) -> pl.DataFrame:
+    return metrics.with_columns(pl.Series(PREDICTED, [_predicted_text(row) for row in metrics.iter_rows(named=True)],
+                                          dtype=pl.String))
+
+
 def accuracy_by_slice(metrics: pl.DataFrame) -> pl.DataFrame:
-    """One row per (verifier, configuration), one accuracy column per slice the configuration covers."""
+    """One row per (verifier, configuration), one accuracy column per slice the configuration covers, then one
+    predicted-label column per slice; a last row holds each slice's majority-class baseline (the slice's gold labels
+    are the same for every configuration, and so is its baseline)."""
     ordered = _sorted_metrics(metrics)
     slices = sorted(set(ordered["slice"]), key=_slice_order)
     keys = [c for c in CONFIGURATION_COLUMNS if c in ordered.columns]
-    wide = ordered.pivot(on="slice", index=keys, values="accuracy", aggregate_function="first")
-    return wide.select(*keys, *slices)
+    rows: dict[tuple, dict] = {}
+    baseline: dict = {"verifier": MAJORITY_ROW}
+    for row in ordered.iter_rows(named=True):
+        cells = rows.setdefault(tuple(row[k] for k in keys), {k: row[k] for k in keys})
+        cells[row["slice"]], cells[f"{row['slice']} {PREDICTED}"] = row["accuracy"], _predicted_text(row)
+        if row.get("majority_label") is not None:
+            baseline[row["slice"]] = row["majority_accuracy"]
+            baseline[f"{row['slice']} {PREDICTED}"] = f"always {row['majority_label']}"
+    schema = {**{k: ordered.schema[k] for k in keys}, **{name: pl.Float64 for name in slices},
+              **{f"{name} {PREDICTED}": pl.String for name in slices}}
+    return pl.DataFrame([*rows.values(), baseline], schema=schema)
 
 
 def accuracy_and_f1(metrics: pl.DataFrame) -> pl.DataFrame:
-    return _pick(_sorted_metrics(metrics), ("verifier", "configuration", "slice", "status", *SCORE_COLUMNS))
+    return _pick(_predicted_column(_sorted_metrics(metrics)),
+                 ("verifier", "configuration", "slice", "status", *SCORE_COLUMNS))
+
+
+def answer_key_table(predictions: Mapping[str, Input]) -> Table:
+    """Accuracy vs macro-F1 on the venue's hand-written answer key (not a slice: metrics does not score it), per
+    verifier x configuration that predicted it, from the configurations' predictions that could be read (as the
+    figures' answer-key panels), with its warnings."""
+    inputs = tuple(predictions[name] for name in sorted(predictions) if predictions[name].frame is not None)
+    scored = pl.concat([answer_key_metrics(i.frame) for i in inputs]) if inputs \
+        else pl.DataFrame(schema=METRICS_SCHEMA)
+    note = ("gold: the answer key's labels; majority_*: always answering the key's most frequent label" if inputs
+            else "no configuration's predictions could be read")
+    return Table("Accuracy on the answer key", inputs, accuracy_and_f1(scored), note,
+                 tuple(one_label_warnings(scored)))
 
 
 def arbitration_outcomes(canonical: pl.DataFrame) -> pl.DataFrame:
@@ -149,9 +200,13 @@ def arbitration_outcomes(canonical: pl.DataFrame) -> pl.DataFrame:
     return pl.DataFrame(rows, schema={"source": pl.String, **{p: pl.Int64 for p in PROVENANCES}, "items": pl.Int64})
 
 
-def _table(title: str, inputs: Sequence[Input], build: Callable[..., pl.DataFrame], note: str = "") -> Table:
-    built = all(i.frame is not None for i in inputs)
-    return Table(title, tuple(inputs), build(*(i.frame for i in inputs)) if built else None, note)
+def _table(title: str, inputs: Sequence[Input], build: Callable[..., pl.DataFrame], note: str = "",
+           warn: Callable[..., list[str]] | None = None) -> Table:
+    """The table built from its inputs' frames (None when one is missing), with the warnings `warn` finds in them."""
+    if not all(i.frame is not None for i in inputs):
+        return Table(title, tuple(inputs), None, note)
+    frames = [i.frame for i in inputs]
+    return Table(title, tuple(inputs), build(*frames), note, tuple(warn(*frames)) if warn else ())
 
 
 # -- the figures -----------------------------------------------------------------------------------------------------
@@ -209,7 +264,7 @@ def configuration_figures(venue: str, metrics: Input, predictions: Mapping[str, 
             if matrix is not None:
                 claims = sum(sum(row.values()) for row in matrix.values())
                 accuracy = sum(matrix[label][label] for label in LABELS) / claims
-                panels[verifier].append((_panel_title(named(verifier), ANSWER_KEY_PANEL, claims, accuracy), matrix))
+                panels[verifier].append((_panel_title(named(verifier), ANSWER_KEY, claims, accuracy), matrix))
                 sources = (metrics, answer_key)
         name = _file_safe(configuration)
         figures += [
@@ -247,10 +302,14 @@ def build_report(venue: str, inputs: Mapping[str, Input], predictions: Mapping[s
     metrics, retrieval = inputs["metrics"], inputs["retrieval_metrics"]
     verifiers = Section("Verifier accuracy", [
         _table("Accuracy by model x configuration x slice", [metrics], accuracy_by_slice,
-               "parse failures, claims without a call and claims without a prediction count as errors"),
-        _table("Accuracy vs macro-F1", [metrics], accuracy_and_f1, "macro-F1 over the four labels"),
+               f"parse failures, claims without a call and claims without a prediction count as errors; "
+               f"`<slice> {PREDICTED}`: the labels the verifier answered; row {MAJORITY_ROW}: always answering the "
+               "slice's most frequent gold label", one_label_warnings),
+        _table("Accuracy vs macro-F1", [metrics], accuracy_and_f1,
+               "macro-F1 over the four labels; majority_*: the slice's majority-class baseline"),
     ])
     if metrics.frame is not None:
+        verifiers.items.append(answer_key_table(predictions))
         verifiers.items += configuration_figures(venue, metrics, predictions)
     return Report(venue, [
         Section("Benchmark slices", [
@@ -270,7 +329,8 @@ def build_report(venue: str, inputs: Mapping[str, Input], predictions: Mapping[s
                     "words per chunk, with the paper's median and p90"),
         ]),
         Section("Labels and arbitration", [
-            _table("Labeller agreement", [inputs["labeller_agreement"]], lambda f: _pick(f, AGREEMENT_COLUMNS)),
+            _table("Labeller agreement", [inputs["labeller_agreement"]], lambda f: _pick(f, AGREEMENT_COLUMNS),
+                   warn=lambda f: agreement_warnings(f.to_dicts())),
             _table("Arbitration outcomes", [inputs["canonical_labels"]], arbitration_outcomes,
                    "canonical labels per provenance"),
         ]),
@@ -334,13 +394,14 @@ def render_markdown(report: Report, embed_up_to: int = 0) -> str:
                 lines += [f"_{_sources_line(item.sources)}_", ""]
                 if item.frame is not None:
                     lines += [_markdown_table(item.frame), ""] + ([f"_{item.note}_", ""] if item.note else [])
+                    lines += [line for warning in item.warnings for line in (f"**{WARNING}:** {warning}", "")]
     return "\n".join(lines)
 
 
 _STYLE = """body{font-family:sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;color:#222}
 table{border-collapse:collapse;margin:.5em 0 1em;font-size:13px}th,td{border:1px solid #ccc;padding:3px 8px}
 th{background:#f0f0f0}td{text-align:right}td:first-child{text-align:left}.source{color:#666;font-size:12px}
-img{max-width:100%}.missing{color:#a33}"""
+img{max-width:100%}.missing{color:#a33}.warning{color:#8a4b00;background:#fff4e0;padding:4px 8px}"""
 
 
 def _html_table(frame: pl.DataFrame) -> str:
@@ -371,5 +432,7 @@ def render_html(report: Report) -> str:
                              f"<figcaption>{source}</figcaption></figure>")
             else:
                 parts.append(source + (_html_table(item.frame) if item.frame is not None else ""))
+                parts += [f"<p class='warning'><strong>{WARNING}:</strong> {html.escape(warning)}</p>"
+                          for warning in item.warnings]
     parts.append("</body></html>")
     return "\n".join(parts)

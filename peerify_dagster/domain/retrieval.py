@@ -1,4 +1,5 @@
-"""Evidence retrieval over one manuscript's chunks: tokenizer, per-paper index, retrievers, batch runner.
+"""Evidence retrieval over one manuscript's chunks: tokenizer, per-paper index, the registry of retrievers
+(`RETRIEVER_CONFIGS`, the one list of their names), batch runner.
 
 Retrieval is always restricted to the claim's own manuscript, so the unit of indexing is the
 paper (`PaperIndex`). Retrievers are small objects with a `name` and a `search` method; the
@@ -16,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
+import polars as pl
 from rank_bm25 import BM25Okapi
 
 STATUS_OK = "ok"
@@ -33,7 +35,13 @@ RUN_COLUMNS: tuple[str, ...] = (
     "status",
     "error",
 )
-
+# retrieval_queries: the claims evidence is retrieved for, and where their gold evidence is.
+QUERY_SCHEMA = {
+    "venue": pl.String, "claim_id": pl.String, "paper_id": pl.String, "review_id": pl.String,
+    "claim_text": pl.String, "kind": pl.String, "manuscript_label": pl.String, "rebuttal_label": pl.String,
+    "evidence_section": pl.String, "evidence_sentence": pl.String, "source": pl.String,
+    "gold_chunk_ids": pl.List(pl.String),
+}
 # Small on purpose: scientific claims lean on short words ("no", "not" aside) less than on
 # names and numbers, and BM25's idf already discounts what is frequent inside one paper.
 STOPWORDS: frozenset[str] = frozenset(
@@ -395,3 +403,19 @@ def _paper_rows(
                 rows.append(_run_row(claim_id, paper_id, retriever.name, STATUS_NO_HITS))
             rows.extend(_run_row(claim_id, paper_id, retriever.name, STATUS_OK, hit) for hit in hits)
     return rows
+
+
+def paper_index_loader(chunks: pl.DataFrame, chunk_embeddings: pl.DataFrame) -> Callable[[str], PaperIndex | None]:
+    """paper id -> the paper's search index (chunks in manuscript order with their vectors), None without chunks."""
+    vectors = chunk_embeddings.select("chunk_id", "embedding")
+    joined = chunks.select("paper_id", "chunk_id", "text", "order").join(vectors, on="chunk_id", how="left")
+
+    def load_index(paper_id: str) -> PaperIndex | None:
+        # One paper at a time: no venue-wide matrix is ever held.
+        paper = joined.filter(pl.col("paper_id") == paper_id).sort("order")
+        if paper.is_empty():
+            return None
+        return PaperIndex(paper_id, paper["chunk_id"].to_list(), paper["text"].to_list(),
+                          np.asarray(paper["embedding"].to_list(), dtype=np.float32))
+
+    return load_index

@@ -17,7 +17,8 @@ from peerify_dagster.domain.sampling import SamplingConfig, SamplingConfigError
 from peerify_dagster.domain.slices import SliceConfig, SliceConfigError
 
 SOURCE_RELEASE = "release"  # imported from a published release's JSONL files (`peerify import-release`)
-SOURCES = ("api", "snapshot", SOURCE_RELEASE)
+SOURCE_SNAPSHOT = "snapshot"  # replays a local snapshot folder: no network
+SOURCES = ("api", SOURCE_SNAPSHOT, SOURCE_RELEASE)
 DEFAULT_API_URL = "https://api2.openreview.net"
 
 

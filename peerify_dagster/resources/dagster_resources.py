@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 from pathlib import Path
 
 import dagster as dg
@@ -10,9 +11,10 @@ import polars as pl
 import pyarrow.parquet as pq
 
 from peerify_dagster.domain.columns import column_description
+from peerify_dagster.domain.retrieval import RETRIEVER_CONFIGS
 from peerify_dagster.domain.venues import Venue, load_registry
 from peerify_dagster import paths
-from peerify_dagster.resources.lake import Lake, StreamedTable, UnreadablePartitionError
+from peerify_dagster.resources.lake import SNAPSHOTS_DIR, Lake, StreamedTable, UnreadablePartitionError
 from peerify_dagster.resources.openreview import HttpPolicy, make_client, unreachable_reason
 
 
@@ -34,6 +36,40 @@ class LakeResource(dg.ConfigurableResource):
 
     def lake(self) -> Lake:
         return Lake(self.root or paths.lake_root())
+
+    def read_input(self, table: str, partition: str) -> pl.DataFrame:
+        """A venue partition a step reads itself (an input Dagster cannot map to the step's partition, see
+        partitions.py): a missing or unreadable file fails the step saying how to rebuild it."""
+        try:
+            return self.lake().read_table(table, partition)
+        except FileNotFoundError:
+            raise dg.Failure(f"input {table} is not built for {partition!r}: `peerify build {partition}` builds "
+                             "it", allow_retries=False) from None
+        except UnreadablePartitionError as exc:
+            raise unreadable_input(table, partition, exc) from exc
+
+    def read_built(self, table: str, keys: list[str]) -> pl.DataFrame:
+        """The built partitions among `keys` of a table, concatenated (a venue's results reading its predictions:
+        a configuration registered but not built has no file and is not part of the input)."""
+        built = [key for key in sorted(keys) if self.lake().table_path(table, key).exists()]
+        if not built:
+            raise dg.Failure(f"input {table}: none of its {len(keys)} partitions for this venue is built "
+                             f"({', '.join(sorted(keys)) or 'no configuration is built for it'}); `peerify build "
+                             "<venue>` builds the venue's configurations")
+        try:
+            return pl.concat([self.lake().read_table(table, key) for key in built], how="diagonal_relaxed")
+        except UnreadablePartitionError as exc:
+            raise unreadable_input(table, exc.partition_key, exc) from exc
+
+
+def unreadable_input(table: str, partition: str | None, exc: UnreadablePartitionError) -> dg.Failure:
+    rebuild = f"`peerify build {partition}` rebuilds it" if partition else "materialise it again"
+    return dg.Failure(
+        description=(f"input {table} (partition {partition!r}) cannot be read: {exc.path} is unreadable "
+                     f"({exc.reason}). Re-materialise {table} for {partition!r}: {rebuild} "
+                     "(a build materialises every asset of the venue)."),
+        metadata={"path": dg.MetadataValue.path(str(exc.path)), "asset": table, "partition": str(partition)},
+    )
 
 
 class VenueRegistryResource(dg.ConfigurableResource):
@@ -57,7 +93,7 @@ class VenueRegistryResource(dg.ConfigurableResource):
     def snapshot_dir(self, venue: Venue, lake: Lake) -> Path:
         if venue.source == "snapshot":
             return (self.registry_file().parent / venue.snapshot).resolve()
-        return lake.root / "snapshots" / venue.slug
+        return lake.root / SNAPSHOTS_DIR / venue.slug
 
 
 class OpenReviewResource(dg.ConfigurableResource):
@@ -119,33 +155,12 @@ class ParquetLakeIOManager(dg.ConfigurableIOManager):
 
     def load_input(self, context: dg.InputContext) -> pl.DataFrame | pq.ParquetFile:
         table = context.asset_key.path[-1]
-        if context.has_asset_partitions and isinstance(context.asset_partitions_def, dg.MultiPartitionsDefinition) \
-                and len(context.asset_partition_keys) != 1:
-            return self._load_built_partitions(context, table)
         partition = context.asset_partition_key if context.has_asset_partitions else None
         streamed = context.dagster_type.typing_type is pq.ParquetFile
         try:
             return (self._lake().open_table if streamed else self._lake().read_table)(table, partition)
         except UnreadablePartitionError as exc:
-            rebuild = f"`peerify build {partition}` rebuilds it" if partition else "materialise it again"
-            raise dg.Failure(
-                description=(f"input {table} (partition {partition!r}) cannot be read: {exc.path} is unreadable "
-                             f"({exc.reason}). Re-materialise {table} for {partition!r}: {rebuild} "
-                             "(a build materialises every asset of the venue)."),
-                metadata={"path": dg.MetadataValue.path(str(exc.path)), "asset": table, "partition": str(partition)},
-            ) from exc
-
-
-    def _load_built_partitions(self, context: dg.InputContext, table: str) -> pl.DataFrame:
-        """Every built partition of a venue x configuration table for one venue (a venue-partitioned step reading
-        `predictions`): the configurations never built for the venue have no file and are not part of its input."""
-        keys = sorted(context.asset_partition_keys)
-        built = [key for key in keys if self._lake().table_path(table, key).exists()]
-        if not built:
-            raise dg.Failure(f"input {table}: none of its {len(keys)} partitions for this venue is built "
-                             f"({', '.join(keys) or 'no configuration is registered'}); `peerify build <venue>` "
-                             "builds the venue's configurations")
-        return pl.concat([self._lake().read_table(table, key) for key in built], how="diagonal_relaxed")
+            raise unreadable_input(table, partition, exc) from exc
 
 
 class DocumentParserResource(dg.ConfigurableResource):
@@ -182,7 +197,7 @@ class RetrievalResource(dg.ConfigurableResource):
     """Which retrieval configurations run, how deep, and the local cross-encoder for the reranked ones
     (PEERIFY_RERANKER_PATH; no package ships reranker weights, so they are unavailable without it)."""
 
-    retrievers: list[str] = ["bm25", "dense", "hybrid", "bm25+rerank", "dense+rerank", "hybrid+rerank"]
+    retrievers: list[str] = list(RETRIEVER_CONFIGS)
     k: int = 10
     reranker_path: str | None = None
 
@@ -221,14 +236,28 @@ class LLMGatewayResource(dg.ConfigurableResource):
 
     profile: str | None = None
     cache_mode: str | None = None  # use | refresh | replay-only (default: PEERIFY_LLM_CACHE_MODE or use)
-    max_cost_usd: float | None = None  # per-run budget; the run stops cleanly when it is spent
+    # The budget of every step of the run together (counted from the ledger); the step that finds it spent fails
+    # cleanly, writing nothing. `peerify build --max-cost-usd/--max-tokens` sets it for the whole build: each of its
+    # runs gets `build_run_ids`, the build's runs before it, whose spend counts too.
+    max_cost_usd: float | None = None
     max_tokens: int | None = None
+    build_run_ids: list[str] | None = None
 
+    @contextmanager
     def gateway(self, lake: Lake, run_id: str):
-        from peerify_dagster.resources.llm_gateway import LLMGateway
+        """The gateway of one step (a context: closed at the end); a spent budget fails the step in one line."""
+        from peerify_dagster.resources.llm_gateway import BudgetExceeded, LLMGateway
 
-        return LLMGateway(lake.root, profile=self.profile, cache_mode=self.cache_mode, run_id=run_id,
-                          max_cost_usd=self.max_cost_usd, max_tokens=self.max_tokens)
+        with LLMGateway(lake.root, profile=self.profile, cache_mode=self.cache_mode, run_id=run_id,
+                        max_cost_usd=self.max_cost_usd, max_tokens=self.max_tokens,
+                        budget_run_ids=self.build_run_ids) as gateway:
+            try:
+                yield gateway
+            except BudgetExceeded as exc:
+                made = sum(u["calls"] for u in gateway.usage()["by_model"].values())
+                raise dg.Failure(description=f"LLM budget spent, step stopped before writing anything ({made} calls "
+                                             f"made by this step are in the ledger): {exc}",
+                                 allow_retries=False) from exc
 
 
 UNPARTITIONED, BY_VENUE = "unpartitioned", "venue"

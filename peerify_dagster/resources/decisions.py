@@ -14,7 +14,6 @@ line is reported with its line number while the rest of the file loads.
 from __future__ import annotations
 
 import fcntl
-import json
 import os
 import uuid
 from collections import Counter
@@ -23,6 +22,7 @@ from dataclasses import asdict, dataclass, field, fields
 from datetime import UTC, datetime
 from pathlib import Path
 
+from peerify_dagster.domain import records
 from peerify_dagster.domain.labels import LABELS
 from peerify_dagster.resources.files import fsync_path
 from peerify_dagster.resources.lake import partition_slug
@@ -174,9 +174,7 @@ class DecisionLedger:
             if problems:
                 raise LedgerError(f"refused to append to {self.path}: " + "; ".join(problems))
             batch = {"batch_id": uuid.uuid4().hex, "batch_size": len(decisions)}
-            lines = b"".join(
-                json.dumps({**asdict(decision), **batch}, ensure_ascii=False).encode("utf-8") + b"\n"
-                for decision in decisions)
+            lines = records.jsonl_bytes({**asdict(decision), **batch} for decision in decisions)
             if existing and not existing.endswith(b"\n"):  # a torn line from a crash stays a line of its own
                 lines = b"\n" + lines
             try:
@@ -214,13 +212,11 @@ class DecisionLedger:
     def _parse(self, data: bytes) -> LedgerContents:
         contents = LedgerContents(line_count=data.count(b"\n") + (1 if data and not data.endswith(b"\n") else 0))
         parsed: list[tuple[int, Decision, str, int]] = []  # (line number, decision, batch id, batch size)
-        for number, raw in enumerate(data.split(b"\n"), start=1):
-            if not raw.strip():
-                continue
+        for line in records.json_lines(data):
             try:
-                parsed.append((number, *self._parse_line(raw)))
+                parsed.append((line.number, *self._parse_line(line)))
             except ValueError as exc:
-                contents.problems.append(LedgerProblem(number, str(exc)))
+                contents.problems.append(LedgerProblem(line.number, str(exc)))
         readable = Counter(batch_id for _, _, batch_id, _ in parsed)
         for number, decision, batch_id, size in parsed:
             if readable[batch_id] == size:
@@ -232,11 +228,10 @@ class DecisionLedger:
         contents.problems.sort(key=lambda problem: problem.line_number)
         return contents
 
-    def _parse_line(self, raw: bytes) -> tuple[Decision, str, int]:
-        try:
-            record = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise ValueError(f"not a JSON object ({exc.__class__.__name__}: {exc})") from None
+    def _parse_line(self, line: records.JsonLine) -> tuple[Decision, str, int]:
+        if line.problem is not None:
+            raise ValueError(f"not a JSON object ({line.problem})")
+        record = line.record
         if not isinstance(record, dict):
             raise ValueError(f"not a JSON object but a {type(record).__name__}")
         names = [f.name for f in fields(Decision)]
@@ -286,6 +281,32 @@ def current_decisions(decisions: Iterable[Decision], per_annotator: bool = False
             current.pop(key, None)  # keep dict order = order of the decisions that are current
             current[key] = decision
     return current
+
+
+# orphaned_decisions: a human decision whose claim is no longer among the venue's review claims.
+ORPHANED_TABLE = "orphaned_decisions"
+ORPHANED_COLUMNS = ("venue", "decision_id", "kind", "item_id", "claim_id", "source", "label", "annotator",
+                    "decided_at", "note", "reason")
+
+
+def applicable_decisions(decisions: Iterable[Decision]) -> list[Decision]:
+    """The decisions that apply while their claims are there: per kind, the latest live decision per item (audit
+    decisions: per item and annotator, as the audit scores both annotators)."""
+    decisions = list(decisions)
+    return [decision for kind in CHOICES for decision in current_decisions(
+        (d for d in decisions if d.kind == kind), per_annotator=kind == "audit").values()]
+
+
+def orphaned_decision_rows(venue: str, decisions: Iterable[Decision], claim_ids: Iterable[str]) -> list[dict]:
+    """One ORPHANED_COLUMNS row per applicable decision whose claim id is none of `claim_ids` (the venue's review
+    claims): a claim id hashes the review id and the claim's text, so the claim's text changed when the claims were
+    extracted again. The decision itself stays in the ledger untouched."""
+    current = set(claim_ids)
+    return [{**{name: getattr(decision, name) for name in ORPHANED_COLUMNS if name not in ("venue", "reason")},
+             "venue": venue,
+             "reason": f"claim {decision.claim_id} is no longer among the review claims of {venue}: its text changed "
+                       "when the claims were extracted again, so this decision applies to no claim"}
+            for decision in applicable_decisions(decisions) if decision.claim_id not in current]
 
 
 def _write_all(fd: int, data: bytes) -> None:

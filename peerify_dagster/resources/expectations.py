@@ -101,19 +101,48 @@ def run_expectation(expect: Expect) -> Outcome:
 
 
 def gate(check_name: str, expects: Sequence[Expect], blocking: bool,
-         asset_key: dg.AssetKey | str | None = None) -> dg.AssetCheckResult:
+         asset_key: dg.AssetKey | str | None = None, metadata: dict | None = None) -> dg.AssetCheckResult:
     """Run every expectation of one gate and turn them into one AssetCheckResult: passed when all pass; ERROR
-    severity for a blocking gate (its spec must be declared `blocking=True`), WARN otherwise."""
+    severity for a blocking gate (its spec must be declared `blocking=True`), WARN otherwise. `metadata` is added
+    to the result's own (what the gate judged, say)."""
     outcomes = [run_expectation(expect) for expect in expects]
     failing = sorted({i for outcome in outcomes for i in outcome.failing_ids})
+    first = next((shown for expect, outcome in zip(expects, outcomes) if (shown := first_failure(expect, outcome))), {})
     return dg.AssetCheckResult(
         check_name=check_name, asset_key=asset_key, passed=not failing,
         severity=dg.AssetCheckSeverity.ERROR if blocking else dg.AssetCheckSeverity.WARN,
+        description=(f"{len(failing)} failing: first " + ", ".join(f"{k} {v}" for k, v in first.items())
+                     if first else None),
         metadata={
+            **first,
             "failing_ids": dg.MetadataValue.json(failing[:MAX_FAILING_IDS]),
             "failing_count": len(failing),
             "expectations": dg.MetadataValue.json([
                 {"expectation": o.expectation, "kwargs": o.kwargs, "success": o.success, **o.observed}
                 for o in outcomes]),
+            **(metadata or {}),
         },
     )
+
+
+def first_failure(expect: Expect, outcome: Outcome) -> dict[str, str | int | float]:
+    """The first failing row of an expectation as plain top-level check metadata, so the UI shows it without
+    opening the JSON: its ids (`failing_<column>`: failing_slice, ...), the values judged (share, size, ...) and the
+    `bound` it broke."""
+    if outcome.success or not outcome.failing_ids:
+        return {}
+    row = next((row for row in expect.frame.iter_rows(named=True)
+                if _row_id(row, expect.id_columns) == outcome.failing_ids[0]), None)
+    if row is None:  # a failure without rows (a table-level one): the failing ids name the expectation
+        return {}
+    judged = [expect.kwargs[key] for key in ("column", "column_A", "column_B") if key in expect.kwargs]
+    entries = {**{f"failing_{column}": _plain(row[column]) for column in expect.id_columns},
+               **{column: _plain(row[column]) for column in judged if column not in expect.id_columns}}
+    bound = expect.kwargs.get("max_value", expect.kwargs.get("min_value"))
+    return {**entries, "bound": _plain(bound)} if bound is not None else entries
+
+
+def _plain(value: Any) -> str | int | float:
+    if isinstance(value, float):
+        return round(value, 4)
+    return value if isinstance(value, int) else str(value)

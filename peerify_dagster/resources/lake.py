@@ -29,8 +29,12 @@ from peerify_dagster.resources.files import atomic_path, temporary_path
 
 SQL_DIR = REPO_ROOT / "sql"
 CATALOG_FILE = "peerify.duckdb"
+# Lake folders that hold no table partitions: what a build cannot rebuild (see `peerify clean-lake`).
+LEDGER_DIR = "llm_calls"  # the LLM call ledger's segments, shared by all venues
+SNAPSHOTS_DIR = "snapshots"  # the landing data of live crawls, one folder per venue
+RELEASES_DIR = "releases"  # published label releases, one folder per version
 # Tables written by the LLM gateway for every venue at once (ledger segments), not one file per venue partition.
-SHARED_TABLES = frozenset({"llm_calls"})
+SHARED_TABLES = frozenset({LEDGER_DIR})
 CATALOG_WAIT_S = 5.0  # how long to wait for another process's hold on the catalog before giving up
 
 # `peerify sql` runs these statement kinds only; EXPLAIN is checked on the statement it explains.
@@ -196,6 +200,10 @@ class Lake:
 
     def table_path(self, table: str, partition_key: str | None) -> Path:
         return self.root / table / f"{partition_slug(partition_key)}.parquet"
+
+    def partition_keys(self, table: str) -> list[str]:
+        """The partitions of the table that have a file in the lake."""
+        return sorted(partition_key_of(path) for path in (self.root / table).glob("*.parquet"))
 
     def write_table(self, table: str, partition_key: str | None, frame: pl.DataFrame) -> Path:
         path = self.table_path(table, partition_key)

@@ -23,6 +23,7 @@ import dagster as dg
 from dagster._core.instance.ref import InstanceRef
 from dagster._core.storage.runs import SqliteRunStorage
 
+from peerify_dagster.domain.predictions import PAIR_SEPARATOR, venue_and_configuration
 from peerify_dagster.resources.processes import process_alive, process_start_time
 
 PID_TAG = "peerify/pid"
@@ -61,6 +62,41 @@ def exclusive_lock(path: Path, holder: str, on_wait: Callable[[str], None]) -> I
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def build_lock_path(lake_root: Path, venue: str) -> Path:
+    """The lock `peerify build <venue>` holds in the lake for as long as it runs."""
+    return Path(lake_root) / f".build-{venue.replace('/', '__')}.lock"
+
+
+def lock_holder(path: Path) -> str | None:
+    """The description of whoever holds the `exclusive_lock` at `path`, or None when nobody does."""
+    try:
+        handle = open(path)
+    except FileNotFoundError:
+        return None
+    with handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return handle.read().strip() or "another process"
+        fcntl.flock(handle, fcntl.LOCK_UN)
+        return None
+
+
+def build_in_progress(instance: dg.DagsterInstance, lake_root: Path, venue: str) -> str | None:
+    """Who is computing the venue's partitions now, from a terminal: the `peerify build` holding its lock, or a live
+    run launched by one (process tags) for the venue or one of its venue x configuration partitions. None: nobody,
+    so a sensor may request work for the venue."""
+    if holder := lock_holder(build_lock_path(lake_root, venue)):
+        return holder
+    for record in instance.get_run_records(filters=dg.RunsFilter(statuses=LIVE_STATUSES)):
+        run = record.dagster_run
+        partition = run.tags.get("dagster/partition", "")
+        partition_venue = venue_and_configuration(partition)[0] if PAIR_SEPARATOR in partition else partition
+        if PID_TAG in run.tags and partition_venue == venue and run_process(instance, run).alive() is not False:
+            return f"run {run.run_id} of {run_process(instance, run).describe()}"
+    return None
 
 
 @contextmanager

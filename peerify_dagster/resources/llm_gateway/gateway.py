@@ -3,7 +3,8 @@
 A call is prepared (prompt rendered, call id computed), answered from the ledger when the same call
 already succeeded, and otherwise made under the lake-wide claim on its call id (so two processes never make
 it at the same time) with per-model concurrency, a requests-per-minute limiter, retries with backoff that
-honour Retry-After, and a per-run token/cost budget. Its row is on disk before its result is returned.
+honour Retry-After, and a token/cost budget shared by every step of a run
+(or of a whole `peerify build`), counted from the ledger. Its row is on disk before its result is returned.
 """
 
 from __future__ import annotations
@@ -102,6 +103,7 @@ class LLMGateway:
         run_id: str | None = None,
         max_cost_usd: float | None = None,
         max_tokens: int | None = None,
+        budget_run_ids: Sequence[str] | None = None,
         max_attempts: int = 5,
         backoff_base_s: float = 1.0,
         backoff_max_s: float = 60.0,
@@ -121,7 +123,7 @@ class LLMGateway:
         self._started_at = datetime.now(UTC)
         self._sleep = sleep
         self._rng = random.Random()
-        self._budget = Budget(max_cost_usd, max_tokens)
+        self._budget = self._open_budget(max_cost_usd, max_tokens, budget_run_ids)
         self._backends: dict[str, Backend] = {}
         self._backend_locks: dict[str, threading.Lock] = defaultdict(threading.Lock)
         self._local = LocalServers(request_timeout_s)
@@ -132,6 +134,15 @@ class LLMGateway:
         self._usage_by_model: dict[str, UsageCounters] = defaultdict(UsageCounters)
         self._usage_by_role: dict[str, UsageCounters] = defaultdict(UsageCounters)
         self._usage_lock = threading.Lock()
+
+    def _open_budget(self, max_cost_usd: float | None, max_tokens: int | None,
+                     budget_run_ids: Sequence[str] | None) -> Budget:
+        """The budget of this run (every step of it shares one, counted from the ledger), or given `budget_run_ids`
+        (the earlier runs of a `peerify build`, none for its first) of the whole build."""
+        if max_cost_usd is None and max_tokens is None:
+            return Budget(None, None)
+        _, tokens, cost = self.ledger.spent_by_runs([*(budget_run_ids or ()), self.run_id])
+        return Budget(max_cost_usd, max_tokens, "run" if budget_run_ids is None else "build", tokens, cost)
 
     # -- configuration ---------------------------------------------------------------------------
     def models_for_role(self, role: str) -> list[str]:

@@ -21,7 +21,7 @@ import os
 import re
 import threading
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -182,6 +182,27 @@ class CallLedger:
                 == (model, model_id, prompt_id, prompt_hash)
                 for row in self._successes.values()
             )
+
+    def spent_by_runs(self, run_ids: Collection[str]) -> tuple[int, int, float]:
+        """Calls made live (failed ones included), their tokens and cost, over every row the runs `run_ids` wrote:
+        what a budget spanning several steps and runs (`peerify build --max-cost-usd`) has spent so far."""
+        wanted = set(run_ids)
+        while True:
+            rows: dict[tuple[str, datetime], tuple[int, float]] = {}  # a compaction in progress may show a row twice
+            vanished = False
+            for segment in self.segments():
+                try:
+                    table = self._read(segment, _KEY_COLUMNS + ["run_id", "tokens_in", "tokens_out", "cost_usd"])
+                except FileNotFoundError:
+                    vanished = True
+                    continue
+                for row in table.to_pylist() if table is not None else ():
+                    if row["run_id"] in wanted:
+                        rows[(row["call_id"], row["created_at"])] = (row["tokens_in"] + row["tokens_out"],
+                                                                     row["cost_usd"])
+            # As in `refresh`: a segment vanishes only into a merged one written before, which a new listing finds.
+            if not vanished:
+                return len(rows), sum(t for t, _ in rows.values()), sum(c for _, c in rows.values())
 
     @property
     def quarantined_call_ids(self) -> set[str]:

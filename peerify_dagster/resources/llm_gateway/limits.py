@@ -1,4 +1,4 @@
-"""Rate limits and the per-run budget: how fast and how much the gateway may call."""
+"""Rate limits and the budget (of a run, or of a whole `peerify build`): how fast and how much the gateway may call."""
 
 from __future__ import annotations
 
@@ -30,21 +30,25 @@ class RateLimiter:
 
 
 class Budget:
-    """The run's token and cost budget; calls already made are counted even when they overshoot it."""
+    """A token and cost budget; calls already made are counted even when they overshoot it. `scope` names what it
+    covers in its messages ("run", or "build" for `peerify build --max-cost-usd`); `spent_tokens` and
+    `spent_cost_usd`: what that scope spent before this gateway (earlier steps and runs, from the ledger)."""
 
-    def __init__(self, max_cost_usd: float | None, max_tokens: int | None):
+    def __init__(self, max_cost_usd: float | None, max_tokens: int | None, scope: str = "run",
+                 spent_tokens: int = 0, spent_cost_usd: float = 0.0):
         self.max_cost_usd = max_cost_usd
         self.max_tokens = max_tokens
-        self.cost_usd = 0.0
-        self.tokens = 0
+        self.scope = scope
+        self.cost_usd = spent_cost_usd
+        self.tokens = spent_tokens
         self._lock = threading.Lock()
 
     def exhausted_reason(self) -> str | None:
         with self._lock:
             if self.max_cost_usd is not None and self.cost_usd >= self.max_cost_usd:
-                return f"cost ${self.cost_usd:.4f} reached the run budget ${self.max_cost_usd:.4f}"
+                return f"cost ${self.cost_usd:.4f} reached the {self.scope} budget ${self.max_cost_usd:.4f}"
             if self.max_tokens is not None and self.tokens >= self.max_tokens:
-                return f"{self.tokens} tokens reached the run budget of {self.max_tokens} tokens"
+                return f"{self.tokens} tokens reached the {self.scope} budget of {self.max_tokens} tokens"
             return None
 
     def spend(self, tokens: int, cost_usd: float) -> None:

@@ -1,0 +1,74 @@
+"""`peerify clean-lake` (what `make clean-lake` runs): empty the lake of what a build makes again (tables, the
+catalog, PDFs, caches, reports) and keep what no build can make again (human decisions, releases, the LLM call
+ledger, crawl snapshots) unless a flag names it. It prints what it kept and what it removed."""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from peerify_dagster import paths
+from peerify_dagster.cli.common import say
+from peerify_dagster.resources.decisions import DECISIONS_DIR
+from peerify_dagster.resources.lake import LEDGER_DIR, RELEASES_DIR, SNAPSHOTS_DIR
+
+
+@dataclass(frozen=True)
+class Irreplaceable:
+    """A lake folder no build can make again: kept unless `--also-<flag>` is given."""
+
+    flag: str
+    folder: str
+    what: str
+
+
+IRREPLACEABLE = (
+    Irreplaceable("decisions", DECISIONS_DIR, "every arbitration and audit decision, and the audit samples"),
+    Irreplaceable("releases", RELEASES_DIR, "the published label releases"),
+    Irreplaceable("ledger", LEDGER_DIR, "the LLM call ledger: every call made (and paid for) and its answer"),
+    Irreplaceable("snapshots", SNAPSHOTS_DIR, "what live crawls fetched from OpenReview"),
+)
+# Never removed: the placeholder that keeps data_lake/ in git, and the run history of a lake outside the repository
+# (paths.dagster_home), which a running `make dev` holds open.
+ALWAYS_KEPT = {".gitkeep": "the placeholder that keeps the folder in git", ".dagster_home": "the Dagster run history"}
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    clean = subparsers.add_parser(
+        "clean-lake", help="remove what a build makes again from the lake; keeps human decisions, releases, the LLM "
+                           "call ledger and crawl snapshots unless a flag names them",
+        description="Removes every table, the catalog, PDFs, caches and reports from the lake (PEERIFY_LAKE, else "
+                    "data_lake/) and prints what it kept and what it removed.")
+    for item in IRREPLACEABLE:
+        clean.add_argument(f"--also-{item.flag}", action="store_true",
+                           help=f"also remove {item.folder}/ ({item.what}); nothing can rebuild it")
+    clean.set_defaults(func=cmd_clean_lake)
+
+
+def cmd_clean_lake(args: argparse.Namespace) -> int:
+    root = Path(paths.lake_root()).resolve()
+    if not root.is_dir():
+        say(f"{root}: no lake there; nothing removed")
+        return 0
+    irreplaceable = {item.folder: item for item in IRREPLACEABLE}
+    named = {item.folder for item in IRREPLACEABLE if getattr(args, f"also_{item.flag}")}
+    removed = []  # what a build makes again
+    for entry in sorted(root.iterdir()):
+        if entry.name in ALWAYS_KEPT:
+            print(f"kept {entry.name} ({ALWAYS_KEPT[entry.name]})")
+        elif entry.name in irreplaceable and entry.name not in named:
+            item = irreplaceable[entry.name]
+            print(f"kept {entry.name}/ ({item.what}; --also-{item.flag} removes it)")
+        else:
+            folder = entry.is_dir() and not entry.is_symlink()
+            shutil.rmtree(entry) if folder else entry.unlink()
+            if entry.name in named:
+                item = irreplaceable[entry.name]
+                print(f"removed {entry.name}/ ({item.what}), as --also-{item.flag} asked")
+            else:
+                removed.append(f"{entry.name}/" if folder else entry.name)
+    print(f"removed {len(removed)} rebuildable entr{'y' if len(removed) == 1 else 'ies'} from {root}"
+          + (f": {', '.join(removed)}" if removed else ""))
+    return 0

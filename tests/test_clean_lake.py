@@ -1,0 +1,68 @@
+"""`peerify clean-lake` (and `make clean-lake`): what a build makes again goes; human decisions, releases, the LLM call
+ledger and crawl snapshots stay unless a flag names them, and the command says which."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from peerify_dagster import cli
+from peerify_dagster.paths import REPO_ROOT
+from peerify_dagster.resources.decisions import DecisionLedger, new_decision
+from peerify_dagster.resources.lake import Lake
+
+VENUE = "X.cc/2026"
+
+
+@pytest.fixture
+def lake(tmp_path, monkeypatch) -> Path:
+    """A lake with tables, a catalog, a PDF, human decisions, a release, ledger segments and a crawl snapshot."""
+    root = tmp_path / "lake"
+    monkeypatch.setenv("PEERIFY_LAKE", str(root))
+    Lake(root).write_table("submissions", VENUE, pl.DataFrame({"paper_id": ["P1"]}))
+    Lake(root).refresh_catalog()
+    DecisionLedger(root, VENUE).append([new_decision(
+        venue=VENUE, claim_id="c1", source="thread", kind="arbitration", action="decide", choice="third_label",
+        label="Supported", annotator="alice", queue_version="q1")])
+    for name in ("pdfs/ab12.pdf", "releases/1.0.0/manifest.json", "llm_calls/part-1.parquet",
+                 "snapshots/X.cc__2026/venue.json", ".gitkeep"):
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_bytes(b"x")
+    return root
+
+
+def clean(capsys, *flags: str) -> tuple[int, str]:
+    code = cli.main(["clean-lake", *flags])
+    return code, capsys.readouterr().out
+
+
+def test_clean_lake_keeps_decisions_releases_ledger_and_snapshots_and_says_so(lake, capsys):
+    ledger = DecisionLedger(lake, VENUE).path.read_bytes()
+    code, out = clean(capsys)
+    assert code == 0
+    assert sorted(p.name for p in lake.iterdir()) == [".gitkeep", "human_decisions", "llm_calls", "releases",
+                                                      "snapshots"]
+    assert DecisionLedger(lake, VENUE).path.read_bytes() == ledger
+    for kept, flag in (("human_decisions/", "--also-decisions"), ("releases/", "--also-releases"),
+                       ("llm_calls/", "--also-ledger"), ("snapshots/", "--also-snapshots")):
+        assert any(line.startswith(f"kept {kept}") and flag in line for line in out.splitlines()), out
+    assert "removed 3 rebuildable entries" in out and "submissions/" in out and "peerify.duckdb" in out
+
+
+def test_clean_lake_removes_decisions_only_when_named(lake, capsys):
+    code, out = clean(capsys, "--also-decisions")
+    assert code == 0 and not (lake / "human_decisions").exists()
+    assert "removed human_decisions/ (every arbitration and audit decision" in out and "--also-decisions asked" in out
+    assert {"releases", "llm_calls", "snapshots"} <= {p.name for p in lake.iterdir()}
+    code, out = clean(capsys, "--also-releases", "--also-ledger", "--also-snapshots")
+    assert code == 0 and sorted(p.name for p in lake.iterdir()) == [".gitkeep"]
+
+
+def test_make_clean_lake_passes_the_named_folders_as_flags():
+    done = subprocess.run(["make", "-n", "clean-lake", "ALSO=decisions,ledger"], cwd=REPO_ROOT, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1].endswith("peerify clean-lake --also-decisions --also-ledger")

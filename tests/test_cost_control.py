@@ -1,0 +1,190 @@
+"""Cost control before money is spent: one registry of LLM stages that preflight, the estimate and llm_usage read;
+the estimate of every stage (built, snapshot, or size alone); a budget for a whole `peerify build`; the paper's grid
+for venues configurations.yaml does not list; a clean stop on SIGTERM."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import dagster as dg
+import pytest
+from dagster._core.instance.ref import InstanceRef
+
+from assets.claims import CLAIM_TYPE_SCHEMA, DROPPED_SCHEMA, PAPER_CLAIM_GAP_SCHEMA, PAPER_CLAIM_SCHEMA, REVIEW_CLAIM_SCHEMA
+from assets.labels import CLAIM_LABEL_SCHEMA
+from assets.predictions import PREDICTION_SCHEMA
+from peerify_dagster import cli
+from peerify_dagster.domain.llm_stages import LLM_STAGES, prompts_by_role
+from peerify_dagster.domain.predictions import load_configurations
+from peerify_dagster.domain.venues import Venue, load_registry
+from peerify_dagster.estimate import BASIS_SIZE, estimate_build, format_estimate
+from peerify_dagster.paths import REPO_ROOT
+from peerify_dagster.resources.files import TEMPORARY_NAME
+from peerify_dagster.resources.lake import Lake
+from peerify_dagster.resources.llm_gateway import LLMGateway
+from peerify_dagster.resources.llm_gateway.registry import ModelRegistry
+from peerify_dagster.testing.openai_server import ScriptedOpenAIServer
+from tests.cli_support import cli_env, fresh_home, peerify, start_peerify
+from tests.support import sample_registry
+from tests.test_claims_assets import scripted_answer
+
+SCHEMAS = {"review_claims": REVIEW_CLAIM_SCHEMA, "claims_dropped": DROPPED_SCHEMA, "claim_types": CLAIM_TYPE_SCHEMA,
+           "paper_claims": PAPER_CLAIM_SCHEMA, "paper_claims_dropped": PAPER_CLAIM_GAP_SCHEMA,
+           "claim_labels": CLAIM_LABEL_SCHEMA, "predictions": PREDICTION_SCHEMA}
+SAMPLE_CONFIGURATIONS = ("hybrid-top3", "full-context-paper-sourced", "oracle")
+
+
+def priced_models(folder: Path, base_url: str, price: float = 1.0, labeller_a: str = "loopback") -> Path:
+    """Every role on one loopback model at `price` dollars per million tokens (in and out); `labeller_a` may name
+    `keyed`, a model that needs OPENAI_API_KEY."""
+    path = folder / "models.yaml"
+    path.write_text(
+        "default_profile: test\nmodels:\n  loopback:\n    backend: openai\n    model: scripted-model\n"
+        f"    base_url: {base_url}\n    api_key_env: LOOPBACK_API_KEY\n    price_in_per_million: {price}\n"
+        f"    price_out_per_million: {price}\n    max_concurrency: 1\n    structured_output: json_schema\n"
+        "  keyed:\n    backend: openai\n    model: gpt-4o-mini\n    api_key_env: OPENAI_API_KEY\n"
+        f"profiles:\n  test:\n    extractor: loopback\n    labeller_a: {labeller_a}\n    labeller_b: loopback\n"
+        "    fact_tagger: loopback\n    verifiers: [loopback]\n")
+    return path
+
+
+def temporaries(lake: Path) -> list[Path]:
+    return [path for path in lake.rglob(".*.tmp") if TEMPORARY_NAME.match(path.name)]
+
+
+# -- the registry ----------------------------------------------------------------------------------------------------
+def test_the_registry_holds_every_prompt_and_role_and_the_tables_columns_that_reference_calls():
+    prompts = {path.stem for path in (REPO_ROOT / "peerify_dagster" / "prompts").glob("*.md")}
+    assert {prompt for stage in LLM_STAGES for prompt in stage.prompts} == prompts
+    roles = set(ModelRegistry.load().roles)
+    assert set(prompts_by_role()) == roles  # extractor, fact tagger, both labellers, verifiers
+    assert prompts_by_role(["verify"])["verifiers"] == ["verify"]  # a build without a thread configuration
+    for stage in LLM_STAGES:
+        for table, columns in stage.call_id_columns.items():
+            assert set(columns) <= set(SCHEMAS[table]), (stage.name, table)
+
+
+def test_preflight_names_a_labeller_without_its_key_before_any_work(tmp_path, monkeypatch, capsys):
+    models = priced_models(tmp_path, "http://127.0.0.1:9/v1", labeller_a="keyed")
+    for name, value in cli_env(tmp_path / "lake", sample_registry(tmp_path), fresh_home(tmp_path / "home"),
+                               PEERIFY_MODELS_FILE=str(models), LOOPBACK_API_KEY="k").items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    assert cli.main(["build", "sample"]) == 2
+    err = capsys.readouterr().err
+    assert "cannot build sample" in err and "'keyed'" in err and "OPENAI_API_KEY" in err
+    assert not (tmp_path / "lake").exists()  # nothing crawled, parsed or extracted
+    assert not list((tmp_path / "home").glob("history/runs/*"))
+
+
+# -- the estimate ----------------------------------------------------------------------------------------------------
+@pytest.fixture()
+def estimate_of(tmp_path):
+    """The estimate of a venue in an empty lake, under priced models (no server: nothing is called)."""
+    def estimate(venue: Venue, configurations: list):
+        lake = Lake(tmp_path / "lake")
+        models = priced_models(tmp_path, "http://127.0.0.1:9/v1", price=1.0)
+        gateway = LLMGateway(lake.root, models_file=models, env={"LOOPBACK_API_KEY": "k"})
+        snapshot = (REPO_ROOT / venue.snapshot) if venue.snapshot else lake.root / "snapshots" / venue.slug
+        return estimate_build(lake, venue, snapshot, configurations, gateway)
+    return estimate
+
+
+def sample_configurations(venue: str) -> list:
+    configurations = load_configurations(REPO_ROOT / "configurations.yaml", ["loopback"])
+    return configurations.for_venue(venue)
+
+
+def test_an_unbuilt_snapshot_venue_is_estimated_from_its_snapshot_for_every_stage_with_a_range(estimate_of):
+    estimate = estimate_of(load_registry(REPO_ROOT / "venues.yaml")["sample"], sample_configurations("sample"))
+    rows = {(r.stage, r.role): r for r in estimate.rows}
+    venue_stages = {(stage.name, role) for stage in LLM_STAGES if not stage.per_configuration for role in stage.roles}
+    assert set(rows) == venue_stages | {(f"predictions:{c}", "verifiers") for c in SAMPLE_CONFIGURATIONS}
+    assert not estimate.not_known and {r.basis for r in estimate.rows} == {"snapshot"}
+    sections = rows[("review_claims", "extractor")].calls
+    assert sections[0] == sections[1] > 0  # the snapshot's review sections, counted
+    labels, tags = rows[("claim_labels", "labeller_a")], rows[("claim_types", "fact_tagger")]
+    assert tags.calls[0] < tags.calls[1] and labels.calls[1] == 2 * tags.calls[1]  # thread + manuscript
+    assert 0 < labels.cost_usd[0] < labels.cost_usd[1]
+    text = format_estimate(estimate, "sample")
+    assert "total: 0 calls" not in text and "$0.0000" not in text.splitlines()[-1]
+
+
+def test_a_venue_with_nothing_crawled_is_estimated_from_its_size_and_labelled_so(estimate_of):
+    sized = Venue(key="New.cc/2026", openreview_id="New.cc/2026", source="api", seed=1, sample_size=10)
+    estimate = estimate_of(sized, sample_configurations(sized.key))
+    assert estimate.rows and {r.basis for r in estimate.rows} == {BASIS_SIZE}
+    assert {r.stage for r in estimate.rows} >= {"review_claims", "claim_types", "paper_claims", "claim_labels",
+                                                "predictions:bm25-top10"}
+    assert "counted from the venue's size: nothing is crawled yet" in format_estimate(estimate, sized.key)
+    unsized = estimate_of(Venue(key="All.cc/2026", openreview_id="All.cc/2026", source="api", seed=1),
+                          sample_configurations("All.cc/2026"))
+    assert not unsized.rows and "sample_size null" in format_estimate(unsized, "All.cc/2026")
+
+
+# -- configurations --------------------------------------------------------------------------------------------------
+def test_a_venue_the_file_does_not_list_gets_the_papers_grid_only(tmp_path):
+    shipped = load_configurations(REPO_ROOT / "configurations.yaml", ["loopback"])
+    grid = [c.name for c in shipped.for_venue("ICLR.cc/2024/Conference")]
+    assert {"bm25-top10", "bm25-rerank-top10", "dense-top10", "dense-rerank-top10", "full-context"} <= set(grid)
+    assert not {"hybrid-top3", "full-context-paper-sourced"} & set(grid)
+    assert [c.name for c in shipped.for_venue("sample")] == list(SAMPLE_CONFIGURATIONS)
+
+
+# -- a whole build: its budget, its summary, a SIGTERM ---------------------------------------------------------------
+def build_env(tmp_path: Path, server: ScriptedOpenAIServer, price: float) -> dict[str, str]:
+    return cli_env(tmp_path / "lake", sample_registry(tmp_path), fresh_home(tmp_path / "home"),
+                   PEERIFY_MODELS_FILE=str(priced_models(tmp_path, server.base_url, price)), LOOPBACK_API_KEY="k")
+
+
+def runs_by_job(home: Path) -> dict[str, list[dg.DagsterRunStatus]]:
+    with dg.DagsterInstance.from_ref(InstanceRef.from_dir(str(home))) as instance:
+        by_job: dict[str, list] = {}
+        for run in instance.get_runs():
+            by_job.setdefault(run.job_name, []).append(run.status)
+        return by_job
+
+
+def test_a_build_budget_stops_the_build_cleanly_and_says_what_was_spent(tmp_path):
+    """At $1000 per million tokens one call costs more than a cent: `--max-cost-usd 0.01` lets the build's first LLM
+    step make one call, stops it, starts no further run, and prints what was spent."""
+    with ScriptedOpenAIServer(responder=scripted_answer) as server:
+        result = peerify("build", "sample", "--max-cost-usd", "0.01", env=build_env(tmp_path, server, 1000.0),
+                         timeout=900)
+        made = server.request_count
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "LLM budget spent after run" in result.stderr and "reached the build budget $0.0100" in result.stderr
+    assert f"LLM calls of this build: {made} made live" in result.stderr and "(budget $0.0100)" in result.stderr
+    assert 1 <= made <= 2  # the call that spent it, and at most one more step's first call in flight: none
+    assert runs_by_job(tmp_path / "home") == {"build_venue": [dg.DagsterRunStatus.FAILURE]}
+    assert not Lake(tmp_path / "lake").table_path("claim_labels", "sample").exists()
+    assert not temporaries(tmp_path / "lake")
+
+
+def test_sigterm_stops_the_build_after_the_run_in_progress(tmp_path):
+    def slow(request) -> str:
+        time.sleep(1.0)
+        return scripted_answer(request)
+
+    with ScriptedOpenAIServer(responder=slow) as server:
+        process = start_peerify("build", "sample", env=build_env(tmp_path, server, 1.0), logs=tmp_path / "build")
+        try:
+            deadline = time.monotonic() + 600
+            while server.request_count < 2 and process.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert process.poll() is None, (tmp_path / "build.err").read_text()[-3000:]
+            os.kill(process.pid, signal.SIGTERM)
+            process.wait(timeout=120)
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+    err = (tmp_path / "build.err").read_text()
+    assert process.returncode == 128 + signal.SIGTERM, err[-3000:]
+    assert "stopped by SIGTERM: run" in err and "no further run was started" in err
+    by_job = runs_by_job(tmp_path / "home")
+    assert list(by_job) == ["build_venue"] and by_job["build_venue"][0] != dg.DagsterRunStatus.SUCCESS
+    assert not temporaries(tmp_path / "lake")
