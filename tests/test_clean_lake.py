@@ -13,6 +13,7 @@ from peerify_dagster import cli
 from peerify_dagster.paths import REPO_ROOT
 from peerify_dagster.resources.decisions import DecisionLedger, new_decision
 from peerify_dagster.resources.lake import Lake
+from peerify_dagster.resources.runs import build_lock_path, exclusive_lock
 
 VENUE = "X.cc/2026"
 
@@ -66,3 +67,12 @@ def test_make_clean_lake_passes_the_named_folders_as_flags():
                           text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[-1].endswith("peerify clean-lake --also-decisions --also-ledger")
+
+
+def test_clean_lake_refuses_while_a_build_holds_the_lake(lake, capsys):
+    with exclusive_lock(build_lock_path(lake, VENUE), "the build of X.cc/2026 (pid 1234)", on_wait=print):
+        before = sorted(path.relative_to(lake) for path in lake.rglob("*"))
+        code = cli.main(["clean-lake"])
+    assert code == 2
+    assert "not cleaned: the build of X.cc/2026 (pid 1234) is building in" in capsys.readouterr().err
+    assert sorted(path.relative_to(lake) for path in lake.rglob("*")) == before

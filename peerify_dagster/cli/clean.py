@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from peerify_dagster import paths
-from peerify_dagster.cli.common import say
+from peerify_dagster.cli.common import EXIT_USAGE, say
 from peerify_dagster.resources.decisions import DECISIONS_DIR
 from peerify_dagster.resources.lake import LEDGER_DIR, RELEASES_DIR, SNAPSHOTS_DIR
 
@@ -52,6 +52,12 @@ def cmd_clean_lake(args: argparse.Namespace) -> int:
     if not root.is_dir():
         say(f"{root}: no lake there; nothing removed")
         return 0
+    from peerify_dagster.resources.runs import lock_holder
+
+    # A build writing the lake now would lose files under its feet (and its lock file with them).
+    if holders := [holder for lock in sorted(root.glob(".build-*.lock")) if (holder := lock_holder(lock))]:
+        say(f"not cleaned: {'; '.join(holders)} is building in {root}; run clean-lake again when it has finished")
+        return EXIT_USAGE
     irreplaceable = {item.folder: item for item in IRREPLACEABLE}
     named = {item.folder for item in IRREPLACEABLE if getattr(args, f"also_{item.flag}")}
     removed = []  # what a build makes again
