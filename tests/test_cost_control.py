@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import dagster as dg
+import pyarrow.parquet as pq
 import pytest
 from dagster._core.instance.ref import InstanceRef
 
@@ -188,3 +189,17 @@ def test_sigterm_stops_the_build_after_the_run_in_progress(tmp_path):
     by_job = runs_by_job(tmp_path / "home")
     assert list(by_job) == ["build_venue"] and by_job["build_venue"][0] != dg.DagsterRunStatus.SUCCESS
     assert not temporaries(tmp_path / "lake")
+
+
+def test_the_estimate_says_a_venues_llm_recording_answers_the_calls_it_holds(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("PEERIFY_LAKE", str(tmp_path / "lake"))
+    shipped = REPO_ROOT / "peerify_dagster" / "sample_venue" / "llm_recording.parquet"
+    calls = pq.read_metadata(shipped).num_rows
+    for recording, said in ((str(shipped), True), (None, False)):
+        folder = tmp_path / str(said)
+        folder.mkdir()
+        extra = {"llm_recording": recording} if recording else {}
+        monkeypatch.setenv("PEERIFY_VENUES", str(sample_registry(folder, **extra)))
+        assert cli.main(["build", "sample", "--estimate"]) == 0
+        out = capsys.readouterr().out
+        assert ("the venue's LLM recording" in out and f"{calls} calls) answers every call it holds" in out) == said
