@@ -3,6 +3,7 @@ ledger and crawl snapshots stay unless a flag names them, and the command says w
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
@@ -63,8 +64,10 @@ def test_clean_lake_removes_decisions_only_when_named(lake, capsys):
 
 
 def test_make_clean_lake_passes_the_named_folders_as_flags():
-    done = subprocess.run(["make", "-n", "clean-lake", "ALSO=decisions,ledger"], cwd=REPO_ROOT, capture_output=True,
-                          text=True, timeout=60)
+    # Isolated from a calling make (`make test`): a sub-make would print its directory and inherit the flags.
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")}
+    done = subprocess.run(["make", "-n", "--no-print-directory", "clean-lake", "ALSO=decisions,ledger"], cwd=REPO_ROOT,
+                          capture_output=True, text=True, timeout=60, env=env)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[-1].endswith("peerify clean-lake --also-decisions --also-ledger")
 
