@@ -21,7 +21,6 @@ from peerify_dagster.resources.dagster_resources import (
 )
 
 VERIFY_PROMPT = pred.VERIFY_PROMPT
-PREDICTION_INPUTS = ("retrieval_queries", "retrieval_runs", "chunks")
 PREDICTIONS_CODE_VERSION = f"predictions-v1-{prompts_code_version([VERIFY_PROMPT, pred.THREAD_PROMPT])}"
 
 PREDICTION_SCHEMA = {
@@ -39,7 +38,7 @@ PREDICTION_SCHEMA = {
           # (Dagster cannot map a pair key to its venue, see partitions.py). claim_threads is read by mode thread
           # only, so the other modes run without it (a venue predicted before claim_threads existed).
           deps=[dg.AssetDep(name, partition_mapping=EVERY_PARTITION)
-                for name in (*PREDICTION_INPUTS, "claim_threads")])
+                for name in (*pred.INPUT_TABLES, pred.THREAD_TABLE)])
 def predictions(context: dg.AssetExecutionContext, lake: LakeResource, llm: LLMGatewayResource,
                 prediction_configurations: PredictionConfigurationsResource,
                 retrieval: RetrievalResource) -> pl.DataFrame:
@@ -53,7 +52,7 @@ def predictions(context: dg.AssetExecutionContext, lake: LakeResource, llm: LLMG
     classifies each shown chunk against the claim instead: entailment -> Supported, contradiction -> Not Supported,
     neutral -> Not Determined (raw_label: the chunks' classes in order; no call id)."""
     venue, name = venue_and_configuration(context.partition_key)
-    retrieval_queries, retrieval_runs, chunks = (lake.read_input(table, venue) for table in PREDICTION_INPUTS)
+    retrieval_queries, retrieval_runs, chunks = (lake.read_input(table, venue) for table in pred.INPUT_TABLES)
     try:
         configuration = prediction_configurations.load().get(name)
     except pred.ConfigurationError as error:
@@ -106,7 +105,7 @@ def predictions(context: dg.AssetExecutionContext, lake: LakeResource, llm: LLMG
 def _thread_texts(lake: LakeResource, venue: str) -> dict[str, str | None]:
     """claim id -> its thread text (claim_threads of the venue)."""
     try:
-        threads = lake.lake().read_table("claim_threads", venue)
+        threads = lake.lake().read_table(pred.THREAD_TABLE, venue)
     except FileNotFoundError:
         raise dg.Failure(f"mode thread needs claim_threads of {venue}: build the venue first (`peerify build "
                          f"{venue}`), or import its release", allow_retries=False) from None

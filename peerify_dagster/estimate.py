@@ -30,8 +30,6 @@ from peerify_dagster.domain.prompts import load_prompt
 from peerify_dagster.domain.venues import SOURCE_SNAPSHOT, Venue
 from peerify_dagster.resources.lake import Lake
 
-PREDICTION_INPUTS = ("retrieval_queries", "retrieval_runs", "chunks")
-THREAD_INPUT = "claim_threads"  # read by mode thread only
 DEFAULT_ANSWER_TOKENS = 1024  # a model whose decoding sets no max_tokens (the backends' default)
 # The published release's per-review averages (BENCHMARKS.md, claim extraction): 3.1 sections a review; 4.3 claims a
 # review kept by the extractor up to 9.7 reference claims a review. Reviews a paper: 3 to 5 (ICLR / NeurIPS).
@@ -152,7 +150,7 @@ def estimate_build(lake: Lake, venue: Venue, snapshot: Path, configurations: Seq
                     estimate.not_known.append((stage.name, _unknown_size(venue)))
     llm_configurations = [c for c in configurations if c.nli_model is None]
     threaded = any(c.mode == pred.MODE_THREAD for c in llm_configurations)
-    missing = [table for table in PREDICTION_INPUTS + (THREAD_INPUT,) * threaded
+    missing = [table for table in pred.INPUT_TABLES + (pred.THREAD_TABLE,) * threaded
                if not lake.table_path(table, venue.key).exists()]
     if not missing and llm_configurations:
         estimate.rows += _exact_predictions(lake, venue.key, llm_configurations, gateway, means, threaded)
@@ -246,9 +244,9 @@ def _from_tables(lake: Lake, venue: str, stage: LLMStage, role: str, model: str,
 def _exact_predictions(lake: Lake, venue: str, configurations: Sequence[pred.Configuration], gateway,  # noqa: ANN001
                        means: dict, threaded: bool) -> list[EstimateRow]:
     """Each configuration's requests planned from the venue's retrieval tables, as its step will make them."""
-    queries, runs = (lake.read_table(t, venue).to_dicts() for t in PREDICTION_INPUTS[:2])
+    queries, runs = (lake.read_table(t, venue).to_dicts() for t in pred.INPUT_TABLES[:2])
     paper_chunks, text_of = pred.chunks_by_paper(lake.read_table("chunks", venue))
-    threads = dict(lake.read_table(THREAD_INPUT, venue).select("claim_id", "thread_text").iter_rows()) \
+    threads = dict(lake.read_table(pred.THREAD_TABLE, venue).select("claim_id", "thread_text").iter_rows()) \
         if threaded else None
     rows: dict[tuple[str, str], EstimateRow] = {}  # (stage, model) -> its row; one stage per configuration
     seen: set[str] = set()  # a call made once is served from the ledger the next time (another configuration)

@@ -1,14 +1,14 @@
 """`peerify release`: publish a versioned label release of built venues, verify one, and rebuild its labels.
 
 - `peerify release --venue V [--venue W] --version X.Y.Z` materialises the `label_release` asset in this process
-  (under DAGSTER_HOME, whose runs hold the venues' gate results and lineage) and prints the release folder. It
+  (in the Dagster home whose runs hold the venues' gate results and lineage) and prints the release folder. It
   refuses first, one line per problem and exit 2, a venue whose slices are not the file their blocking gates passed
   or are older than its decisions or labels, naming the rebuild (`peerify build V`).
 - `peerify release verify DIR` re-hashes every file against the manifest, re-checks row counts, schema, the slice
-  rules (the blocking great-expectations gates of assets/slices.py) and that every call id and decision id a row
-  names is in the release. Exit 0: the release is intact; 1: a mismatch (the first one is named; a file that is not
-  UTF-8 or not JSON lines is one, as `file:line: reason`); 2: usage error, or a folder that is no release (no
-  manifest.json).
+  rules (the blocking great-expectations gates of resources/slice_gates.py) and that every call id and decision id
+  a row names is in the release. Exit 0: the release is intact; 1: a mismatch (the first one is named; a file that
+  is not UTF-8 or not JSON lines is one, as `file:line: reason`); 2: usage error, or a folder that is no release
+  (no manifest.json).
 - `peerify rebuild-from-release DIR [--out DIR2]` reproduces every label from the release alone: each labeller call
   is issued again, as recorded, through the LLM gateway in cache mode `replay-only` over the release's calls.parquet
   (no API key, no GPU, no model), its answer read as the labels stage reads it, and the canonical-label rule applied
@@ -128,8 +128,8 @@ def _failure_reason(failure) -> str:  # noqa: ANN001 - a dagster StepFailureData
 
 # -- verify ------------------------------------------------------------------------------------------------------------
 def gate_problems(contents: rel.ReleaseContents) -> list[str]:
-    """The blocking slice gates (resources/slice_gates.py, great-expectations), per venue with the venue's slice options as
-    the manifest records them."""
+    """The blocking slice gates (resources/slice_gates.py, great-expectations), per venue with the venue's slice
+    options as the manifest records them."""
     from peerify_dagster.resources.expectations import run_expectation
     from peerify_dagster.resources.slice_gates import GATES, gate_expectations
 

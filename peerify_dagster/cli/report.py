@@ -64,7 +64,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     me = f"the report of {args.venue} (pid {os.getpid()})"
     instance = open_home(me, capture_step_output=False)
-    with runs.exclusive_lock(lake.root / f".build-{venue.slug}.lock", me,
+    with runs.exclusive_lock(runs.build_lock_path(lake.root, venue.key), me,
                              on_wait=lambda other: say(f"waiting for {other} to finish")):
         add_venue_partitions(instance, args.venue, configurations)
         result = run_job(instance, venue_results_job.name, args.venue,

@@ -36,6 +36,9 @@ MODE_ORACLE = "oracle"  # the gold chunks (PaperSourced claims)
 MODE_THREAD = "thread"  # the claim's review thread (claim_threads), no manuscript
 MODES = (MODE_RAG, MODE_FULL_CONTEXT, MODE_ORACLE, MODE_THREAD)
 VERIFY_PROMPT = "verify"  # the prompt of every mode but thread, which uses the thread labeller's THREAD_PROMPT
+# The venue tables a configuration's predictions read, and the one only mode thread reads.
+INPUT_TABLES = ("retrieval_queries", "retrieval_runs", "chunks")
+THREAD_TABLE = "claim_threads"
 DEFAULT_K = 10  # as in the paper
 
 STATUS_OK = "ok"

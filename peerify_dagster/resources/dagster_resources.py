@@ -49,15 +49,13 @@ class LakeResource(dg.ConfigurableResource):
             raise unreadable_input(table, partition, exc) from exc
 
     def read_built(self, table: str, keys: list[str]) -> pl.DataFrame:
-        """The built partitions among `keys` of a table, concatenated (a venue's results reading its predictions:
-        a configuration registered but not built has no file and is not part of the input)."""
-        built = [key for key in sorted(keys) if self.lake().table_path(table, key).exists()]
-        if not built:
-            raise dg.Failure(f"input {table}: none of its {len(keys)} partitions for this venue is built "
-                             f"({', '.join(sorted(keys)) or 'no configuration is built for it'}); `peerify build "
-                             "<venue>` builds the venue's configurations")
+        """The built partitions `keys` of a table, concatenated (a venue's results reading every predictions
+        partition built for it); none at all fails the step saying how to build them."""
+        if not keys:
+            raise dg.Failure(f"input {table}: no partition is built for this venue; `peerify build <venue>` builds "
+                             "the venue's configurations")
         try:
-            return pl.concat([self.lake().read_table(table, key) for key in built], how="diagonal_relaxed")
+            return pl.concat([self.lake().read_table(table, key) for key in sorted(keys)], how="diagonal_relaxed")
         except UnreadablePartitionError as exc:
             raise unreadable_input(table, exc.partition_key, exc) from exc
 

@@ -24,6 +24,7 @@ from dagster._core.instance.ref import InstanceRef
 from dagster._core.storage.runs import SqliteRunStorage
 
 from peerify_dagster.domain.predictions import PAIR_SEPARATOR, venue_and_configuration
+from peerify_dagster.resources.lake import partition_slug
 from peerify_dagster.resources.processes import process_alive, process_start_time
 
 PID_TAG = "peerify/pid"
@@ -66,7 +67,7 @@ def exclusive_lock(path: Path, holder: str, on_wait: Callable[[str], None]) -> I
 
 def build_lock_path(lake_root: Path, venue: str) -> Path:
     """The lock `peerify build <venue>` holds in the lake for as long as it runs."""
-    return Path(lake_root) / f".build-{venue.replace('/', '__')}.lock"
+    return Path(lake_root) / f".build-{partition_slug(venue)}.lock"
 
 
 def lock_holder(path: Path) -> str | None:
@@ -94,8 +95,9 @@ def build_in_progress(instance: dg.DagsterInstance, lake_root: Path, venue: str)
         run = record.dagster_run
         partition = run.tags.get("dagster/partition", "")
         partition_venue = venue_and_configuration(partition)[0] if PAIR_SEPARATOR in partition else partition
-        if PID_TAG in run.tags and partition_venue == venue and run_process(instance, run).alive() is not False:
-            return f"run {run.run_id} of {run_process(instance, run).describe()}"
+        if PID_TAG in run.tags and partition_venue == venue \
+                and (process := run_process(instance, run)).alive() is not False:
+            return f"run {run.run_id} of {process.describe()}"
     return None
 
 
