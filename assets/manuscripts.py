@@ -1,13 +1,16 @@
 """Stage 3, manuscripts to evidence units: parse the stored PDFs with Docling and cut section-aware chunks."""
 
 import json
+from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 import dagster as dg
 import polars as pl
 
 from peerify_dagster.domain.chunking import (
     CHUNK_SCHEMA,
+    REGION_TYPE,
     RUNAWAY_FACTOR,
     Chunk,
     ChunkingConfig,
@@ -18,23 +21,40 @@ from peerify_dagster.domain.chunking import chunk_stats as compute_chunk_stats
 from peerify_dagster.domain.layout.blocks import LAYOUT_VERSION, Block
 from peerify_dagster.partitions import venue_partitions
 from peerify_dagster.resources.dagster_resources import DocumentParserResource, LakeResource, VenueRegistryResource
-from peerify_dagster.resources.document_parser import ManuscriptParseError
+from peerify_dagster.resources.document_parser import ManuscriptParseError, ParsedDocument
 from peerify_dagster.resources.expectations import Expect, gate
 from peerify_dagster.resources.openreview import SnapshotReader
 
 PARSING_CODE_VERSION = f"parsing-v1-layout-{LAYOUT_VERSION}"
-CHUNKING_CODE_VERSION = "chunking-v2"
+CHUNKING_CODE_VERSION = "chunking-v3"
 
+# A line of a block: where its text starts in the block's text (non-whitespace characters before it) and its box.
+LINE_REGION_TYPE = pl.Struct({"start": pl.Int64, **REGION_TYPE.to_schema()})
 BLOCK_TYPE = pl.Struct({
     "kind": pl.String, "text": pl.String, "page": pl.Int64, "section_path": pl.List(pl.String),
-    "in_appendix": pl.Boolean, "order": pl.Int64,
+    "in_appendix": pl.Boolean, "order": pl.Int64, "regions": pl.List(REGION_TYPE),
+    "line_regions": pl.List(LINE_REGION_TYPE),
 })
+PAGE_SIZE_TYPE = pl.Struct({"page": pl.Int64, "width": pl.Float64, "height": pl.Float64})
 PARSED_SCHEMA = {
     "venue": pl.String, "paper_id": pl.String, "pdf_sha256": pl.String, "parser": pl.String,
     "parser_version": pl.String, "options_json": pl.String, "pages": pl.Int64, "n_blocks": pl.Int64,
-    "blocks": pl.List(BLOCK_TYPE),
+    "blocks": pl.List(BLOCK_TYPE), "page_sizes": pl.List(PAGE_SIZE_TYPE),
 }
 PARSE_ERROR_SCHEMA = {"venue": pl.String, "paper_id": pl.String, "reason": pl.String, "message": pl.String}
+
+
+def parsed_row(venue: str, pdf_sha256: str | None, document: ParsedDocument) -> dict[str, Any]:
+    """One row of `parsed_manuscripts` (PARSED_SCHEMA)."""
+    return {
+        "venue": venue, "paper_id": document.paper_id, "pdf_sha256": pdf_sha256,
+        "parser": document.parser, "parser_version": document.parser_version,
+        "options_json": json.dumps(document.options, sort_keys=True, default=str),
+        "pages": document.pages, "n_blocks": len(document.blocks),
+        "blocks": [asdict(block) for block in document.blocks],
+        "page_sizes": [{"page": page, "width": width, "height": height}
+                       for page, (width, height) in sorted(document.page_sizes.items())],
+    }
 
 
 @dg.multi_asset(
@@ -75,13 +95,7 @@ def parsed_manuscripts(context: dg.AssetExecutionContext, manuscript_pdfs: pl.Da
             errors.append({"venue": context.partition_key, "paper_id": paper_id, "reason": exc.reason,
                            "message": str(exc)})
             continue
-        parsed.append({
-            "venue": context.partition_key, "paper_id": paper_id, "pdf_sha256": pdf_sha256,
-            "parser": document.parser, "parser_version": document.parser_version,
-            "options_json": json.dumps(document.options, sort_keys=True, default=str),
-            "pages": document.pages, "n_blocks": len(document.blocks),
-            "blocks": [vars(b) for b in document.blocks],
-        })
+        parsed.append(parsed_row(context.partition_key, pdf_sha256, document))
         context.log.info(f"parsed {done}/{len(sources)}: {paper_id} ({document.pages} pages, {document.parser})")
     frame = pl.DataFrame(parsed, schema=PARSED_SCHEMA)
     yield dg.Output(frame, output_name="parsed_manuscripts",
@@ -120,9 +134,9 @@ def chunks(context: dg.AssetExecutionContext, parsed_manuscripts: pl.DataFrame,
     config = _chunking_config(venue_registry, context.partition_key)
     rows, tokens = [], []
     for paper in parsed_manuscripts.iter_rows(named=True):
-        blocks = [Block(**b) for b in paper["blocks"]]
+        blocks = [Block.from_record(b) for b in paper["blocks"]]
         for chunk in chunk_document(paper["paper_id"], blocks, config):
-            rows.append({"venue": context.partition_key, **vars(chunk)})
+            rows.append({"venue": context.partition_key, **asdict(chunk)})
             tokens.append(estimate_tokens(chunk.text))
     frame = pl.DataFrame(rows, schema=CHUNK_SCHEMA)
     yield dg.Output(frame, metadata={"chunking": dg.MetadataValue.json(vars(config))})
@@ -144,7 +158,7 @@ def chunk_stats(context: dg.AssetExecutionContext, chunks: pl.DataFrame, parsed_
                 venue_registry: VenueRegistryResource) -> pl.DataFrame:
     """Chunk size distribution per venue (the paper's chunker: median / mean / p90 = 133 / 132 / 188 words)."""
     config = _chunking_config(venue_registry, context.partition_key)
-    stats = compute_chunk_stats([Chunk(**{k: v for k, v in r.items() if k != "venue"}) for r in chunks.iter_rows(named=True)],
+    stats = compute_chunk_stats([Chunk.from_record(row) for row in chunks.iter_rows(named=True)],
                                 max_tokens=config.max_tokens)
     row = {"venue": context.partition_key, "n_papers": parsed_manuscripts.height,
            "papers_without_chunks": len(set(parsed_manuscripts["paper_id"]) - set(chunks["paper_id"])), **stats}

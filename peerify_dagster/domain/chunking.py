@@ -17,6 +17,10 @@ index the text and a heading is strong lexical evidence. Reference-list and pape
 blocks are left out by default (`exclude_kinds`): a checklist's "[Yes] we report error bars"
 answers are distractors, and reference entries crowd out evidence. Chunk ids are stable:
 `{paper_id}:{order:04d}:{sha256(text)[:12]}`.
+
+Each chunk keeps where its text lies (`regions`): the union of its blocks' regions, boxes of one page and column
+that touch merged into one. A part of a block split into several chunks keeps the boxes of the lines its text
+came from, when the parser placed the block line by line (the model-free PDF path); otherwise, the whole block's.
 """
 
 from __future__ import annotations
@@ -26,19 +30,22 @@ import math
 import re
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import polars as pl
 
 from peerify_dagster.domain.layout.blocks import Block
+from peerify_dagster.domain.layout.regions import Region, merge_regions, regions_of_lines, text_offset
 from peerify_dagster.domain.options import checked_options
 
+# A box on a page in points from its top-left corner (`peerify_dagster.domain.layout.regions.Region`).
+REGION_TYPE = pl.Struct({"page": pl.Int64, "x0": pl.Float64, "y0": pl.Float64, "x1": pl.Float64, "y1": pl.Float64})
 # chunks: the chunk table every later stage reads.
 CHUNK_SCHEMA = {
     "venue": pl.String, "chunk_id": pl.String, "paper_id": pl.String, "section_path": pl.List(pl.String),
     "section": pl.String, "kind": pl.String, "page": pl.Int64, "order": pl.Int64, "word_count": pl.Int64,
-    "text": pl.String, "text_sha256": pl.String,
+    "text": pl.String, "text_sha256": pl.String, "regions": pl.List(REGION_TYPE),
 }
 
 CHUNK_KINDS = ("paragraph", "caption", "table", "figure", "appendix", "reference", "abstract", "checklist")
@@ -144,6 +151,13 @@ class Chunk:
     word_count: int
     text: str
     text_sha256: str
+    regions: list[Region] = field(default_factory=list)
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> Chunk:
+        """A chunk as the lake stores it (a row of `chunks`)."""
+        values = {item.name: record[item.name] for item in fields(cls) if item.name != "regions"}
+        return cls(**values, regions=[Region.from_record(region) for region in record.get("regions") or ()])
 
 
 @dataclass
@@ -153,6 +167,7 @@ class _Piece:
     page: int
     section_path: list[str]
     in_appendix: bool
+    regions: list[Region]
     captioned: bool = False  # a table holding its caption, or a caption holding its figure's text
 
     @property
@@ -215,6 +230,21 @@ def _split_block(text: str, kind: str, budget: int) -> list[str]:
     return _pack_evenly(units, budget, " ")
 
 
+def _part_regions(block: Block, parts: Sequence[str]) -> list[list[Region]]:
+    """Where each part of a block lies: the lines its text came from, when the block was placed line by line and
+    the parts hold exactly its text (in order, whatever the spacing); otherwise the whole block's regions."""
+    if len(parts) == 1 or not block.line_regions:
+        return [block.regions] * len(parts)
+    lengths = [text_offset(part) for part in parts]
+    if sum(lengths) != text_offset(block.text):
+        return [block.regions] * len(parts)
+    placed, start = [], 0
+    for length in lengths:
+        placed.append(regions_of_lines(block.line_regions, start, start + length) or block.regions)
+        start += length
+    return placed
+
+
 def _heading_line(section_path: Sequence[str]) -> str:
     return " > ".join(section_path)
 
@@ -253,12 +283,13 @@ def _attach_figure_text(pieces: list[_Piece], budget_of) -> list[_Piece]:
             previous = attached[-1] if attached else None
             if previous is not None and previous.kind == "caption" and not previous.captioned and joins(piece, previous):
                 previous.text, previous.captioned = f"{previous.text}\n{piece.text}", True
+                previous.regions = merge_regions([*previous.regions, *piece.regions])
             else:
                 waiting = piece
             continue
         if waiting is not None and joins(waiting, piece):
             piece = _Piece(piece.kind, f"{piece.text}\n{waiting.text}", piece.page, piece.section_path,
-                           piece.in_appendix, captioned=True)
+                           piece.in_appendix, merge_regions([*piece.regions, *waiting.regions]), captioned=True)
         waiting = None
         attached.append(piece)
     return attached
@@ -272,7 +303,8 @@ def _pack_greedily(pieces: list[_Piece], budget_of) -> list[_Piece]:
         if kind is not None and estimate_tokens(f"{previous.text} {piece.text}") <= budget_of(piece):
             separator = "\n" if kind == "table" else " "
             packed[-1] = _Piece(kind, f"{previous.text}{separator}{piece.text}", previous.page, previous.section_path,
-                                previous.in_appendix, captioned=kind == "table")
+                                previous.in_appendix, merge_regions([*previous.regions, *piece.regions]),
+                                captioned=kind == "table")
         else:
             packed.append(piece)
     return packed
@@ -290,7 +322,7 @@ def _merge_fragments(pieces: list[_Piece], min_words: int, budget_of) -> list[_P
         ):
             kind = previous.kind if previous.words >= piece.words else piece.kind
             merged[-1] = _Piece(kind, f"{previous.text} {piece.text}", previous.page, previous.section_path,
-                                previous.in_appendix)
+                                previous.in_appendix, merge_regions([*previous.regions, *piece.regions]))
         else:
             merged.append(piece)
     return merged
@@ -311,10 +343,11 @@ def chunk_document(paper_id: str, blocks: Sequence[Block], config: ChunkingConfi
             continue
         if not block.text.strip():
             continue
-        template = _Piece(kind, "", block.page, list(block.section_path), block.in_appendix)
+        template = _Piece(kind, "", block.page, list(block.section_path), block.in_appendix, [])
         texts = [block.text] if kind == "figure" else _split_block(block.text, kind, budget_of(template))
-        for text in texts:
-            pieces.append(_Piece(kind, text, block.page, list(block.section_path), block.in_appendix))
+        for text, regions in zip(texts, _part_regions(block, texts)):
+            pieces.append(_Piece(kind, text, block.page, list(block.section_path), block.in_appendix,
+                                 merge_regions(regions)))
     pieces = _attach_figure_text(pieces, budget_of)
     if config.strategy == "pack":
         pieces = _pack_greedily(pieces, budget_of)
@@ -337,6 +370,7 @@ def chunk_document(paper_id: str, blocks: Sequence[Block], config: ChunkingConfi
                 word_count=len(text.split()),
                 text=text,
                 text_sha256=digest,
+                regions=piece.regions,
             )
         )
     return chunks

@@ -108,12 +108,22 @@ COLUMNS: dict[str, str] = {
     "parser": "Which parser produced the blocks (Docling pipeline or a text-manuscript reader).",
     "parser_version": "Version of the parser and the project's layout recovery.",
     "options_json": "Parser options, as JSON.",
-    "blocks": "The parsed layout blocks (text, kind, section path, page, order).",
+    "blocks": "The parsed layout blocks (text, kind, section path, page, order, regions: one box {page, x0, y0, x1, "
+              "y1} in PDF points from the page's top-left per page and column the block runs through, empty for "
+              "HTML / Markdown / text; line_regions: the same per line, with `start`, the non-whitespace characters "
+              "of the block's text before the line).",
     "n_blocks": "Number of parsed blocks.",
+    "page_sizes": "Each page's size {page, width, height} in PDF points as displayed (the frame of the regions); "
+                  "empty for HTML / Markdown / text manuscripts.",
     # chunks
     "section_path": "Heading path of the chunk's section, outermost first.",
     "section": "Heading of the chunk's innermost section.",
     "page": "Page the chunk starts on (1-based).",
+    "regions": "Where the chunk's text lies: boxes {page, x0, y0, x1, y1} in PDF points from the page's top-left "
+               "(parsed_manuscripts.page_sizes gives the page), the union of its blocks' boxes, one per page and "
+               "column run; a part of a block split into several chunks has the boxes of the lines its text came "
+               "from (PDFs parsed without the layout model), else the whole block's. Empty for HTML / Markdown / "
+               "text manuscripts; null for passages imported from a release.",
     "order": "Position of the chunk within its paper.",
     "word_count": "Number of words in the chunk.",
     "text_sha256": "sha256 of the text (the embedding cache key).",

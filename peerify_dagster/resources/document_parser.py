@@ -27,6 +27,12 @@ Before Docling sees a PDF, a pypdf pre-flight turns the common unusable inputs i
 and "broken_font_encoding" when most characters are glyphs without a Unicode mapping. Scanned
 pages among text pages and rotated pages are named in the options (`pages_without_text`,
 `rotated_pages`); the rest of the paper parses.
+
+Every block keeps where it lies (`Block.regions`, points from the top-left of the page as displayed, see
+`peerify_dagster.domain.layout.regions`): on the model-free path from the boxes of its lines (turned back on a
+page whose text was turned to be read), on the layout-model path from its items' provenance boxes (whose origin
+is the page's bottom-left); HTML, Markdown and plain text have no positions, and their blocks no regions.
+`ParsedDocument.page_sizes` gives the frame.
 """
 
 from __future__ import annotations
@@ -57,6 +63,7 @@ from peerify_dagster.domain.layout.lines import (
     is_italic_font,
     unreadable_share,
 )
+from peerify_dagster.domain.layout.regions import LineRegion, Region, merge_regions
 
 ParserName = Literal[
     "docling-layout", "docling-native", "docling-html", "docling-markdown", "plain-text"
@@ -98,7 +105,8 @@ class ManuscriptParseError(Exception):
 
 @dataclass
 class ParsedDocument:
-    """One parsed manuscript and the provenance of how it was parsed."""
+    """One parsed manuscript and the provenance of how it was parsed; `page_sizes`: page -> (width, height) in
+    points as the page is displayed (the frame of the blocks' regions), empty for a format without pages."""
 
     paper_id: str
     parser: ParserName
@@ -106,6 +114,7 @@ class ParsedDocument:
     options: dict[str, Any]
     pages: int
     blocks: list[Block] = field(default_factory=list)
+    page_sizes: dict[int, tuple[float, float]] = field(default_factory=dict)
 
 
 @dataclass
@@ -174,8 +183,14 @@ def _table_text(table: Any) -> str:
     return "\n".join(row for row in rows if row.strip(" |"))
 
 
+def _page_sizes(document: Any) -> dict[int, tuple[float, float]]:
+    """Page -> (width, height) of a DoclingDocument's pages (none for HTML and Markdown)."""
+    return {number: (page.size.width, page.size.height) for number, page in document.pages.items()}
+
+
 def _elements_from_docling(document: Any) -> list[LayoutElement]:
-    """Typed elements from a DoclingDocument (HTML, Markdown or layout-model output)."""
+    """Typed elements from a DoclingDocument (HTML, Markdown or layout-model output), each placed where its
+    provenance boxes are (none for HTML and Markdown)."""
     from docling_core.types.doc import (
         DocItemLabel,
         GroupItem,
@@ -190,14 +205,31 @@ def _elements_from_docling(document: Any) -> list[LayoutElement]:
     elements: list[LayoutElement] = []
     already_emitted: set[str] = set()
 
+    sizes = _page_sizes(document)
+
     def page_of(item: Any) -> int:
         return item.prov[0].page_no if getattr(item, "prov", None) else 1
+
+    def regions_of(*items: Any) -> tuple[Region, ...]:
+        boxes = []
+        for item in items:
+            for prov in getattr(item, "prov", None) or ():
+                if prov.page_no not in sizes:
+                    continue  # a box on a page the document does not describe cannot be placed
+                # Layout-model boxes have their origin at the page's bottom-left; the regions', at its top-left.
+                box = prov.bbox.to_top_left_origin(page_height=sizes[prov.page_no][1])
+                boxes.append(Region(prov.page_no, box.l, box.t, box.r, box.b))
+        return tuple(merge_regions(boxes))
+
+    def element(kind: str, text: str, *items: Any, level_hint: int | None = None) -> LayoutElement:
+        page = page_of(items[0]) if items else 1
+        return LayoutElement(kind, text, page, level_hint=level_hint, regions=regions_of(*items))
 
     def emit_captions(item: Any) -> None:
         for reference in item.captions:
             caption = reference.resolve(document)
             already_emitted.add(caption.self_ref)
-            elements.append(LayoutElement("caption", caption.text, page_of(caption)))
+            elements.append(element("caption", caption.text, caption))
 
     for item, _depth in document.iterate_items(with_groups=True):
         if item.self_ref in already_emitted:
@@ -208,39 +240,44 @@ def _elements_from_docling(document: Any) -> list[LayoutElement]:
                 parts = [reference.resolve(document) for reference in item.children]
                 already_emitted.update(part.self_ref for part in parts)
                 text = " ".join(part.text for part in parts if isinstance(part, TextItem))
-                elements.append(LayoutElement("paragraph", text, page_of(parts[0]) if parts else 1))
+                elements.append(element("paragraph", text, *parts))
             continue
         if isinstance(item, TitleItem):
             # Markdown makes every `#` line a title; the document's title is the first unnumbered one,
             # every other is a top-level section.
             is_title = not _NUMBERED_HEADING.match(item.text) and not any(e.kind == "title" for e in elements)
-            elements.append(LayoutElement("title", item.text, page_of(item)) if is_title
-                            else LayoutElement("heading", item.text, page_of(item), level_hint=1))
+            elements.append(element("title", item.text, item) if is_title
+                            else element("heading", item.text, item, level_hint=1))
         elif isinstance(item, SectionHeaderItem):
-            elements.append(LayoutElement("heading", item.text, page_of(item), level_hint=item.level))
+            elements.append(element("heading", item.text, item, level_hint=item.level))
         elif isinstance(item, TableItem):
             emit_captions(item)
-            elements.append(LayoutElement("table", _table_text(item), page_of(item)))
+            elements.append(element("table", _table_text(item), item))
         elif isinstance(item, PictureItem):
             emit_captions(item)
         elif isinstance(item, TextItem):
             if item.label in (DocItemLabel.PAGE_HEADER, DocItemLabel.PAGE_FOOTER):
                 continue
             kind = "caption" if item.label == DocItemLabel.CAPTION else "paragraph"
-            elements.append(LayoutElement(kind, item.text, page_of(item)))
+            elements.append(element(kind, item.text, item))
     return elements
 
 
 @dataclass
 class PdfText:
     """What the model-free path reads from a PDF: positioned lines, page sizes and raster-image boxes,
-    every page turned so that its text runs left to right (`rotated_pages`: pages that needed it)."""
+    every page turned so that its text runs left to right (`text_angles`: the pages that needed it, and how far
+    their text was turned clockwise)."""
 
     lines: list[TextLine]
     page_sizes: dict[int, tuple[float, float]]
     image_boxes: dict[int, list[tuple[float, float, float, float]]]
     pages: int
-    rotated_pages: list[int] = field(default_factory=list)
+    text_angles: dict[int, int] = field(default_factory=dict)
+
+    @property
+    def rotated_pages(self) -> list[int]:
+        return sorted(self.text_angles)
 
 
 @dataclass(frozen=True)
@@ -275,6 +312,34 @@ def _upright(box: Any, angle: int, width: float, height: float) -> _Box:
     if angle == 180:
         return _Box(width - box.r, height - box.b, width - box.l, height - box.t)
     return _Box(box.l, box.t, box.r, box.b)
+
+
+def _displayed(region: Region, angle: int, width: float, height: float) -> Region:
+    """The inverse of `_upright`: a region of the upright frame on the page as displayed (`width` x `height`)."""
+    page, left, top, right, bottom = region.page, region.x0, region.y0, region.x1, region.y1
+    if angle == 90:
+        return Region(page, width - bottom, left, width - top, right)
+    if angle == 270:
+        return Region(page, top, height - right, bottom, height - left)
+    if angle == 180:
+        return Region(page, width - right, height - bottom, width - left, height - top)
+    return region
+
+
+def _on_displayed_pages(block: Block, text_angles: dict[int, int],
+                        page_sizes: dict[int, tuple[float, float]]) -> Block:
+    """The block with its regions on the pages as displayed (`page_sizes`), where the layout rules read them on
+    pages turned so that their text runs left to right: a page image shows the page as displayed."""
+    if not any(region.page in text_angles for region in block.regions):
+        return block
+
+    def turn_back(region: Region) -> Region:
+        if region.page not in text_angles:
+            return region
+        return _displayed(region, text_angles[region.page], *page_sizes[region.page])
+
+    return replace(block, regions=[turn_back(region) for region in block.regions],
+                   line_regions=[LineRegion.of(line.start, turn_back(line.region)) for line in block.line_regions])
 
 
 def _top_left_box(rect: Any, page_height: float) -> _Box:
@@ -321,7 +386,7 @@ def read_native_pages(pages: Iterable[Any]) -> PdfText:
         parsed = page.parsed_page
         angle = _text_angle(parsed.textline_cells) if parsed is not None else 0
         if angle:
-            text.rotated_pages.append(page.page_no)
+            text.text_angles[page.page_no] = angle
         # A page displayed turned (a landscape table, a page scanned sideways) is read in the frame of its text.
         text.page_sizes[page.page_no] = (height, width) if angle in (90, 270) else (width, height)
 
@@ -488,18 +553,20 @@ class DocumentParser:
             blocks = assemble_blocks(_elements_from_docling(result.document))
             options = {"pipeline": "StandardPdfPipeline", "artifacts_path": self.artifacts_path, "do_ocr": False,
                        "do_table_structure": True}
-            return self._finish(paper_id, "docling-layout", options, page_count, blocks)
+            return self._finish(paper_id, "docling-layout", options, page_count, blocks, _page_sizes(result.document))
         text = read_native_pages(result.pages)
+        page_sizes = _page_sizes(result.document)
         # Free Docling's page objects (tens of thousands of pydantic cells) before structure recovery, so the
         # garbage collector does not walk them again and again while the layout rules allocate.
         del result
         options = {"pipeline": "NativePdfPipeline", "text_cell_unit": "line", "parser_threads": self.parser_threads,
                    "structure": f"peerify layout rules v{LAYOUT_VERSION}", **_text_layer_report(paper_id, text)}
         lines = [line for line in (replace(line, text=clean_line_text(line.text)) for line in text.lines) if line.text]
-        blocks = recover_blocks(lines, text.page_sizes, text.image_boxes)
+        blocks = [_on_displayed_pages(block, text.text_angles, page_sizes)
+                  for block in recover_blocks(lines, text.page_sizes, text.image_boxes)]
         if not blocks:
             raise ManuscriptParseError(paper_id, "no_text_layer", f"none of its {page_count} page(s) holds text")
-        return self._finish(paper_id, "docling-native", options, page_count, blocks)
+        return self._finish(paper_id, "docling-native", options, page_count, blocks, page_sizes)
 
     def _parse_markup(self, paper_id: str, name: str, data: bytes, source_format: SourceFormat) -> ParsedDocument:
         suffix = {"html": ".html", "markdown": ".md"}[source_format]
@@ -510,12 +577,13 @@ class DocumentParser:
             raise ManuscriptParseError(paper_id, "empty_document", f"no text found in the {source_format} source")
         blocks = assemble_blocks(_elements_from_docling(result.document))
         parser: ParserName = "docling-html" if source_format == "html" else "docling-markdown"
-        return self._finish(paper_id, parser, {"backend": parser}, 1, blocks)
+        return self._finish(paper_id, parser, {"backend": parser}, 1, blocks, _page_sizes(result.document))
 
     @staticmethod
     def _finish(
-        paper_id: str, parser: ParserName, options: dict[str, Any], pages: int, blocks: list[Block]
+        paper_id: str, parser: ParserName, options: dict[str, Any], pages: int, blocks: list[Block],
+        page_sizes: dict[int, tuple[float, float]] | None = None,
     ) -> ParsedDocument:
         if not blocks:
             raise ManuscriptParseError(paper_id, "empty_document", "the manuscript holds no text")
-        return ParsedDocument(paper_id, parser, parser_version(), options, pages, blocks)
+        return ParsedDocument(paper_id, parser, parser_version(), options, pages, blocks, page_sizes or {})

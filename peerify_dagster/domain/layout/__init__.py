@@ -6,6 +6,7 @@ reader uses, always several together, never one alone, one module per concern, e
 above it:
 
 * `lines`: the text lines, text clean-up, fonts, de-hyphenation;
+* `regions`: where a block lies on its pages (boxes per page and column, line by line);
 * `headings`: what a heading's text says (number, role, glued words); `references`: reference entries;
 * `furniture`: running heads and footers, page numbers, margin stamps, removed everywhere;
 * `reading_order`: rows, columns and the order a page is read in;
@@ -39,6 +40,7 @@ from peerify_dagster.domain.layout.lines import (
     normalise_whitespace,
     unreadable_share,
 )
+from peerify_dagster.domain.layout.regions import LineRegion, Region, merge_regions
 
 __all__ = [
     "BLOCK_KINDS",
@@ -47,6 +49,8 @@ __all__ = [
     "Box",
     "HeadingInfo",
     "LayoutElement",
+    "LineRegion",
+    "Region",
     "TextLine",
     "Vocabulary",
     "assemble_blocks",
@@ -58,6 +62,7 @@ __all__ = [
     "is_italic_font",
     "is_known_section_name",
     "join_lines",
+    "merge_regions",
     "normalise_whitespace",
     "recover_blocks",
     "split_furniture",

@@ -11,15 +11,17 @@ counts as appendix; a paper checklist is marked so that chunking can leave it ou
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from peerify_dagster.domain.layout.floats import is_caption
 from peerify_dagster.domain.layout.headings import closes_main_text, describe_heading, looks_like_plain_heading
 from peerify_dagster.domain.layout.lines import SENTENCE_END, Vocabulary, join_lines, normalise_whitespace
+from peerify_dagster.domain.layout.regions import LineRegion, Region, text_offset
 
 # Bumped whenever a rule of this package changes the blocks produced, so dependent assets go stale.
-LAYOUT_VERSION = "2"
+LAYOUT_VERSION = "3"
 
 BLOCK_KINDS = (
     "title", "authors", "abstract", "heading", "paragraph", "caption", "table", "figure", "reference", "checklist",
@@ -28,7 +30,12 @@ BLOCK_KINDS = (
 
 @dataclass
 class Block:
-    """A logical unit of the manuscript in reading order."""
+    """A logical unit of the manuscript in reading order.
+
+    `page` is the page it starts on; `regions` are where it lies (one box per page and column it runs through;
+    empty for a format without positions); `line_regions` are its lines, when the parser read lines, so that a
+    part of the block can be placed too (see `peerify_dagster.domain.layout.regions`).
+    """
 
     kind: str
     text: str
@@ -36,16 +43,30 @@ class Block:
     section_path: list[str]
     in_appendix: bool
     order: int
+    regions: list[Region] = field(default_factory=list)
+    line_regions: list[LineRegion] = field(default_factory=list)
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> Block:
+        """A block as the lake stores it (`parsed_manuscripts.blocks`)."""
+        return cls(
+            record["kind"], record["text"], record["page"], list(record["section_path"]), record["in_appendix"],
+            record["order"], [Region.from_record(region) for region in record.get("regions") or ()],
+            [LineRegion.from_record(line) for line in record.get("line_regions") or ()],
+        )
 
 
 @dataclass(frozen=True)
 class LayoutElement:
-    """A typed element before section assignment; `level_hint` is a heading level a parser knew."""
+    """A typed element before section assignment; `level_hint` is a heading level a parser knew; `regions` and
+    `line_regions` as in `Block`."""
 
     kind: str  # one of BLOCK_KINDS except "reference" / "checklist", which come from the section
     text: str
     page: int
     level_hint: int | None = None
+    regions: tuple[Region, ...] = ()
+    line_regions: tuple[LineRegion, ...] = ()
 
 
 # --- Assembly shared by every input format ---------------------------------------------------
@@ -117,7 +138,11 @@ def assemble_blocks(elements: Iterable[LayoutElement]) -> list[Block]:
                 kind = "checklist"
         elif kind in ("table", "figure") and state.role == "checklist":
             kind = "checklist"
-        blocks.append(Block(kind, text, element.page, list(state.path), state.in_appendix, len(blocks)))
+        # Line offsets count only non-whitespace characters, so re-spacing the text keeps them; anything else
+        # changing the text would move them.
+        lines = list(element.line_regions) if text_offset(text) == text_offset(element.text) else []
+        blocks.append(Block(kind, text, element.page, list(state.path), state.in_appendix, len(blocks),
+                            list(element.regions), lines))
     return blocks
 
 

@@ -16,11 +16,13 @@ The cues a reader uses, always several together, never one alone:
 
 from __future__ import annotations
 
+import functools
+import itertools
 import re
 import statistics
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from peerify_dagster.domain.layout.blocks import Block, LayoutElement, assemble_blocks
 from peerify_dagster.domain.layout.floats import CAPTION, caption_kind, in_image, is_caption, is_table_row, table_end
@@ -45,6 +47,7 @@ from peerify_dagster.domain.layout.lines import (
     normalise_whitespace,
 )
 from peerify_dagster.domain.layout.reading_order import Row, order_page
+from peerify_dagster.domain.layout.regions import LineRegion, Region, merge_regions, text_offset
 from peerify_dagster.domain.layout.references import continues_reference_entry, in_references_after
 
 _RUN_IN_ABSTRACT = re.compile(r"^Abstract\s*[.:\u2014\u2013-]\s*(?=\S)")
@@ -58,13 +61,15 @@ _FRONT_MATTER_LABEL = re.compile(
 
 @dataclass
 class _OpenBlock:
-    """A paragraph or caption still collecting lines."""
+    """A paragraph or caption still collecting lines; `starts[i]`: where row i starts in `text` (a
+    `LineRegion.start`)."""
 
     kind: str
     text: str
     rows: list[Row]
     slot: int | None = None  # the element index it fills when a float interrupted it
     footnote: bool = False
+    starts: list[int] = field(default_factory=lambda: [0])
 
     @property
     def last_row(self) -> Row:
@@ -90,6 +95,7 @@ class _ElementBuilder:
         self, rows: list[Row], body_size: float, vocabulary: Vocabulary, image_boxes: Mapping[int, Sequence[Box]]
     ) -> None:
         self.rows = rows
+        self.position = {id(row): index for index, row in enumerate(rows)}  # rows are unhashable dataclasses
         self.body_size = body_size
         self.vocabulary = vocabulary
         self.image_boxes = image_boxes
@@ -356,14 +362,31 @@ class _ElementBuilder:
 
     # Emission -----------------------------------------------------------------------------
 
-    def _emit(self, kind: str, text: str, page: int) -> None:
-        self.elements.append(LayoutElement(kind, text, page))
+    def _element(self, kind: str, text: str, rows: Sequence[Row], starts: Sequence[int] | None) -> LayoutElement:
+        """An element placed where its rows are: one box per run of rows that follow each other in reading order
+        on one page and column (a paragraph interrupted by a float in its column keeps two), runs that touch merged
+        (a short last line of a full-width abstract counts as the left column's); with `starts` (where each row
+        starts in `text`), line by line too."""
+        runs: list[list[Row]] = []
+        for row in rows:
+            previous = runs[-1][-1] if runs else None
+            if previous is not None and (previous.page, previous.column) == (row.page, row.column) \
+                    and self.position[id(row)] == self.position[id(previous)] + 1:
+                runs[-1].append(row)
+            else:
+                runs.append([row])
+        regions = tuple(merge_regions(functools.reduce(Region.union, (row.region for row in run)) for run in runs))
+        lines = () if starts is None else tuple(LineRegion.of(start, row.region) for start, row in zip(starts, rows))
+        return LayoutElement(kind, text, rows[0].page, regions=regions, line_regions=lines)
+
+    def _emit(self, kind: str, text: str, rows: Sequence[Row], starts: Sequence[int] | None = None) -> None:
+        self.elements.append(self._element(kind, text, rows, starts))
 
     def _close(self) -> None:
         if self.open is None:
             return
         block, self.open = self.open, None
-        element = LayoutElement(block.kind, block.text, block.rows[0].page)
+        element = self._element(block.kind, block.text, block.rows, block.starts)
         if block.slot is None:
             self.elements.append(element)
         else:
@@ -391,6 +414,8 @@ class _ElementBuilder:
     def _append(self, block: _OpenBlock, row: Row) -> None:
         block.text = join_lines(block.text, row.text, self.vocabulary)
         block.rows.append(row)
+        # However the lines were joined (a space, a closed hyphen), the joined text ends with the new line.
+        block.starts.append(text_offset(block.text) - text_offset(row.text))
 
     def _continues_heading(self, heading: Row, row: Row) -> bool:
         return (
@@ -407,13 +432,14 @@ class _ElementBuilder:
         )
 
     def _emit_heading(self, index: int) -> int:
+        start = index
         first = self.rows[index]
         text, last = unglue_heading(first.text, self.vocabulary), first
         index += 1
         while index < len(self.rows) and self._continues_heading(last, self.rows[index]):
             text, last = f"{text} {unglue_heading(self.rows[index].text, self.vocabulary)}", self.rows[index]
             index += 1
-        self._emit("heading", text, first.page)
+        self._emit("heading", text, self.rows[start:index])
         self._register_heading(text)
         return index
 
@@ -470,17 +496,17 @@ class _ElementBuilder:
                 and 0 <= self.rows[index].y0 - last.y1 <= 1.5 * last.height:
             title, last = f"{title} {self.rows[index].text}", self.rows[index]
             index += 1
-        self._emit("title", title, first.page)
-        front = [row.text for row in self.rows[:start]]
+        self._emit("title", title, self.rows[start:index])
+        front = self.rows[:start]
         while index < len(self.rows) and self.rows[index].page == first_page and len(front) < 30:
             row = self.rows[index]
             if _RUN_IN_ABSTRACT.match(row.text) or is_caption(row.text) or self._opens_prose(index) \
                     or _FRONT_MATTER_LABEL.match(row.text) or self._heading_at(index):
                 break
-            front.append(row.text)
+            front.append(row)
             index += 1
         if front:
-            self._emit("authors", "\n".join(front), first.page)
+            self._emit("authors", "\n".join(row.text for row in front), front)
         return index
 
     def build(self) -> list[LayoutElement]:
@@ -498,16 +524,18 @@ class _ElementBuilder:
                 self._interrupt()
                 float_rows = self.rows[index:float_end]
                 if float_kind == "table":
-                    self._emit("table", "\n".join(" | ".join(r.cells) for r in float_rows), row.page)
+                    cells = [" | ".join(r.cells) for r in float_rows]
+                    starts = itertools.accumulate((text_offset(line) for line in cells[:-1]), initial=0)
+                    self._emit("table", "\n".join(cells), float_rows, list(starts))
                 else:
-                    self._emit("figure", "\n".join(r.text for r in float_rows), row.page)
+                    self._emit("figure", "\n".join(r.text for r in float_rows), float_rows)
                 index = float_end
                 continue
             run_in = _RUN_IN_ABSTRACT.match(row.text)
             if run_in and not self.seen_heading:
                 self._close()
                 self._flush_pending()
-                self._emit("heading", "Abstract", row.page)
+                self._emit("heading", "Abstract", [row])
                 self.seen_heading, in_front = True, False
                 self.open = _OpenBlock("paragraph", row.text[run_in.end():], [row])
                 index += 1

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from peerify_dagster.domain.layout.lines import TextLine, normalise_whitespace
+from peerify_dagster.domain.layout.regions import Region
 
 
 @dataclass
@@ -46,6 +47,10 @@ class Row:
     @property
     def height(self) -> float:
         return self.y1 - self.y0
+
+    @property
+    def region(self) -> Region:
+        return Region(self.page, self.x0, self.y0, self.x1, self.y1)
 
     @property
     def font_size(self) -> float:
