@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 export DAGSTER_HOME := $(CURDIR)/.dagster_home
 
-.PHONY: install demo test dev validate clean-lake
+.PHONY: install browser demo test dev validate clean-lake
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -25,8 +25,13 @@ $(DAGSTER_HOME)/dagster.yaml: dagster.yaml
 demo: install $(DAGSTER_HOME)/dagster.yaml
 	$(VENV)/bin/peerify build sample
 
+## browser: Debian's chromium for the web app's browser tests (Playwright drives it; it never downloads one)
+browser:
+	command -v chromium >/dev/null || { SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
+	  $$SUDO apt-get update -q && $$SUDO apt-get install -y -q chromium; }
+
 ## test: install, then run the test suite
-test: install
+test: install browser
 	$(VENV)/bin/pytest -q
 
 ## dev: the Dagster UI with the asset graph; `peerify recover` first fails runs whose process died, frees their slots

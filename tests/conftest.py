@@ -30,3 +30,54 @@ def _isolated_session_environment():
         for name in [name for name in os.environ if isolated(name)]:
             patch.delenv(name)
         yield
+
+
+# -- the web app's tests (helpers in tests/web_support.py) -------------------------------------------------------------
+@pytest.fixture(scope="session")
+def sample_lake(tmp_path_factory):
+    """The sample venue built once per test session (`peerify build sample`, answered by its LLM recording): read
+    it, never write to it; `web_lake` is the writable copy."""
+    from tests.web_support import build_sample_lake
+
+    return build_sample_lake(tmp_path_factory.mktemp("sample_build"))
+
+
+@pytest.fixture(scope="module")
+def web_lake(sample_lake, tmp_path_factory):
+    """A writable copy of the built sample lake, one per test module."""
+    from tests.web_support import copy_lake
+
+    return copy_lake(sample_lake, tmp_path_factory.mktemp("web_lake") / "lake")
+
+
+@pytest.fixture(scope="module")
+def web_server(web_lake):
+    """The web app over the module's `web_lake`, loopback, without an access token (others: `live_server`)."""
+    from tests.web_support import live_server
+
+    with live_server(web_lake) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """Debian's chromium driven by Playwright (skipped, saying how to install it, when chromium is absent). One per
+    module, not per session: while Playwright's sync API runs, its event loop counts as running in this thread, so
+    `asyncio.run` in any later test module would fail."""
+    from playwright.sync_api import sync_playwright
+
+    from tests.web_support import chromium_path
+
+    executable = chromium_path()
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=executable, args=["--no-sandbox"])
+        yield launched
+        launched.close()
+
+
+@pytest.fixture
+def browser_page(browser):
+    """A page in a fresh browser context (its own cookies: one annotator)."""
+    context = browser.new_context()
+    yield context.new_page()
+    context.close()

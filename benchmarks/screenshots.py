@@ -1,0 +1,94 @@
+"""Screenshots of the web app's main pages over a built lake, taken in the real browser (Debian's chromium driven
+by Playwright), for the README: a venue's overview, the claim browser and a claim page with its evidence outlined
+on the manuscript page. Also prints how long the claim page takes to render, warm.
+
+    make demo && .venv/bin/python benchmarks/screenshots.py            # the repository's lake -> docs/screenshots/
+    .venv/bin/python benchmarks/screenshots.py --lake PATH --venue sample --out docs/screenshots
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from playwright.sync_api import sync_playwright  # noqa: E402
+
+from peerify_dagster import paths  # noqa: E402
+from peerify_dagster.domain.claim_view import claim_call_ids, claim_detail, page_view  # noqa: E402
+from peerify_dagster.domain.predictions import SOURCE_REVIEW  # noqa: E402
+from peerify_dagster.web.data import LakeData  # noqa: E402
+from peerify_dagster.web.pages import venue_url  # noqa: E402
+from tests.web_support import CHROMIUM_MISSING, live_server  # noqa: E402
+
+VIEWPORT = {"width": 1400, "height": 1000}
+
+
+def showcase_claim(data: LakeData, venue: str) -> str:
+    """The review claim that shows most: its span found in the review, predicted, and its passage outlined on the
+    page (when the lake records positions); failing that, the first claim."""
+    tables = data.claim_tables(venue)
+    index = data.claim_index(venue)
+    first = None
+    for claim_id in index.claims.filter(index.claims["kind"] == SOURCE_REVIEW)["claim_id"]:
+        detail = claim_detail(tables, claim_id, data.ledger_answers(claim_call_ids(tables, claim_id)) or {})
+        pane = page_view(detail, detail.default_chunk_id)
+        first = first or claim_id
+        if detail.source_text and detail.source_text.how == "exact" and detail.configurations and pane \
+                and (pane["boxes"] or not detail.has_positions):
+            return claim_id
+    return first or index.claims["claim_id"][0]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--lake", default=paths.lake_root())
+    parser.add_argument("--venue", default="sample")
+    parser.add_argument("--out", default=str(REPO / "docs" / "screenshots"))
+    args = parser.parse_args()
+    chromium = shutil.which("chromium")
+    if chromium is None:
+        print(CHROMIUM_MISSING, file=sys.stderr)
+        return 2
+    data = LakeData(args.lake)
+    if not data.has_venue(args.venue):
+        print(f"venue {args.venue!r} is not built in {args.lake}: run `make demo` first", file=sys.stderr)
+        return 2
+    claim_id = showcase_claim(data, args.venue)
+    pages = {
+        "venue_overview.png": venue_url(args.venue),
+        "claim_browser.png": venue_url(args.venue, "claims") + "?disagreement=prediction",
+        "claim_page.png": venue_url(args.venue, "claims", claim_id),
+    }
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    with live_server(Path(args.lake)) as server, sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
+        page = browser.new_page(viewport=VIEWPORT)
+        for name, path in pages.items():
+            page.goto(server.url + path)
+            page.wait_for_load_state("networkidle")
+            page.screenshot(path=str(out / name))
+            print(f"{out / name}: {path}")
+        client = server.client()
+        claim_path = pages["claim_page.png"]
+        client.get(claim_path)  # warm: the tables are read once, then cached per file version
+        times = []
+        for _ in range(20):
+            started = time.perf_counter()
+            assert client.get(claim_path).status_code == 200
+            times.append(time.perf_counter() - started)
+        print(f"claim page {claim_path}: median {1000 * statistics.median(times):.0f} ms, "
+              f"max {1000 * max(times):.0f} ms over {len(times)} warm requests")
+        browser.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
