@@ -34,6 +34,11 @@ from tests.arbitration_support import (
 from tests.support import materialization_metadata
 
 VENUE, OTHER = "X.cc/2026", "Y.cc/2026"
+SECRET = b"a test lake's item id secret"
+
+
+def opaque(queue: arb.Queue) -> dict[str, str]:
+    return arb.opaque_item_ids(SECRET, VENUE, queue.rows[0]["queue_version"], [r["item_id"] for r in queue.rows])
 
 
 @pytest.fixture
@@ -83,12 +88,23 @@ def test_queue_holds_disagreements_and_parse_failures_only():
 def test_the_mapping_is_absent_from_the_queue_and_every_export():
     queue = arb.build_queue(VENUE, 11, synthetic_labels(20), {}, {})
     frame_text = pl.DataFrame(queue.rows).write_json()
-    exports = [frame_text, arb.to_jsonl(queue.rows), arb.to_csv(queue.rows),
-               json.dumps(arb.to_labelstudio_tasks(queue.rows)), arb.labelstudio_config()]
+    ids = opaque(queue)
+    exports = [arb.to_jsonl(queue.rows, ids), arb.to_csv(queue.rows, ids),
+               json.dumps(arb.to_labelstudio_tasks(queue.rows, ids)), arb.labelstudio_config()]
     secrets = [*MODELS.values(), *ROLES.values(), "labeller", "candidate_1_labeller"]
-    for text in exports:
+    for text in [frame_text, *exports]:
         assert [s for s in secrets if s.lower() in text.lower()] == []
     assert set(queue.rows[0]) == set(arb.QUEUE_COLUMNS)
+    # nor can an export be joined to the labellers' rows: no claim, paper or review id in any field (the synthetic
+    # texts quote the claim id, so the texts are left out of this look)
+    joinable = {value for row in queue.rows for value in (row["claim_id"], row["paper_id"], row["review_id"])}
+    texts = {"claim_text", "source_material", "candidate_1_justification", "candidate_2_justification",
+             "candidate_1_evidence", "candidate_2_evidence", "candidate_1", "candidate_2"}
+    records = [*arb.export_records(queue.rows, ids),
+               *(task["data"] for task in arb.to_labelstudio_tasks(queue.rows, ids))]
+    shown = [str(value) for record in records for name, value in record.items() if name not in texts]
+    assert [value for value in shown if any(secret in value for secret in joinable)] == []
+    assert all(arb.is_opaque_id(record["item_id"]) for record in records) and "claim_id" not in records[0]
 
 
 def test_an_answer_that_did_not_parse_is_queued_with_its_raw_answer_and_exported_with_it():
@@ -98,11 +114,12 @@ def test_an_answer_that_did_not_parse_is_queued_with_its_raw_answer_and_exported
     unparsed = next(c for c in arb.CANDIDATES if c3[f"{c}_label"] is None)
     parsed = next(c for c in arb.CANDIDATES if c != unparsed)
     assert (c3[f"{unparsed}_raw_answer"], c3[f"{parsed}_raw_answer"]) == (raw, None)  # a parsed answer needs none
-    [task] = [t for t in arb.to_labelstudio_tasks(queue.rows) if t["data"]["item_id"] == "c3:thread"]
+    ids = opaque(queue)
+    [task] = [t for t in arb.to_labelstudio_tasks(queue.rows, ids) if t["data"]["item_id"] == ids["c3:thread"]]
     assert task["data"][unparsed].startswith(f"Label: (no label: the answer did not parse)\n\n"
                                              f"b-justification for c3\n\nRaw answer:\n{raw}")
     assert "Raw answer" not in task["data"][parsed]
-    assert json.loads(arb.to_jsonl(queue.rows).splitlines()[1])[f"{unparsed}_raw_answer"] == raw
+    assert json.loads(arb.to_jsonl(queue.rows, ids).splitlines()[1])[f"{unparsed}_raw_answer"] == raw
     # the call gone from the ledger: the label as the model wrote it (claim_labels' raw_label)
     without_ledger = arb.build_queue(VENUE, 11, standard_labels(VENUE), {}, {})
     assert next(row for row in without_ledger.rows if row["item_id"] == "c3:thread")[f"{unparsed}_raw_answer"] \

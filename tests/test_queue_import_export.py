@@ -1,5 +1,6 @@
-"""`peerify queue export` and `peerify decisions import`: each format's round trip to canonical provenance, and every
-way an import is rejected whole (nothing written to the ledger)."""
+"""`peerify queue export` and `peerify decisions import`: each format's round trip to canonical provenance (exports
+name items by opaque id only; files of the older claim_id:source form still import), and every way an import is
+rejected whole (nothing written to the ledger)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import pytest
 
 from peerify_dagster import cli
 from peerify_dagster.domain.labels import LABELS
+from peerify_dagster.resources.annotation import queue_opaque_ids
 from peerify_dagster.resources.decisions import DecisionLedger, new_decision
 from peerify_dagster.resources.lake import Lake
 from tests.arbitration_support import CANONICAL, build, canonical, standard_labels, write_inputs
@@ -37,6 +39,14 @@ def venue(tmp_path, monkeypatch):
             "ledger": DecisionLedger(lake_root, VENUE)}
 
 
+def by_item(venue, records: list[dict]) -> dict[str, dict]:
+    """Exported records by the queue's own item id (claim_id:source), which the export does not show: the ids of the
+    queue as it is now (they change with its version)."""
+    queue = Lake(venue["lake_root"]).read_table("arbitration_queue", VENUE).to_dicts()
+    item_of = {opaque: item_id for item_id, opaque in queue_opaque_ids(venue["lake_root"], VENUE, queue).items()}
+    return {item_of[record["item_id"]]: record for record in records}
+
+
 def rebuild_canonical(venue) -> dict[str, dict]:
     build(VENUE, venue["registry"], venue["lake_root"], venue["instance"], CANONICAL)
     return canonical(venue["lake_root"], VENUE)
@@ -59,19 +69,19 @@ def write_jsonl(path, records: list[dict]):
 
 
 def test_export_holds_open_items_unless_all(tmp_path, venue, capsys):
-    records = export(tmp_path, "jsonl")
-    assert sorted(r["item_id"] for r in records) == ["c1:thread", "c3:thread", "c5:manuscript"]
-    c1 = next(r for r in records if r["item_id"] == "c1:thread")
+    records = by_item(venue, export(tmp_path, "jsonl"))
+    assert sorted(records) == ["c1:thread", "c3:thread", "c5:manuscript"]
+    c1 = records["c1:thread"]
     venue["ledger"].append([new_decision(venue=VENUE, claim_id="c1", source="thread", kind="arbitration",
                                          action="decide", choice="candidate_1", label=c1["candidate_1_label"],
                                          annotator="alice", queue_version=c1["queue_version"])])
-    assert sorted(r["item_id"] for r in export(tmp_path, "jsonl")) == ["c3:thread", "c5:manuscript"]
+    assert sorted(by_item(venue, export(tmp_path, "jsonl"))) == ["c3:thread", "c5:manuscript"]
     assert len(export(tmp_path, "csv", "--all")) == 3
     assert "exported 3 of 3 queue items (all items)" in capsys.readouterr().out
 
 
 def test_jsonl_round_trip(tmp_path, venue, capsys):
-    records = {r["item_id"]: r for r in export(tmp_path, "jsonl")}
+    records = by_item(venue, export(tmp_path, "jsonl"))
     records["c1:thread"].update(choice="candidate_1", note="the authors conceded")
     records["c3:thread"].update(label="Not Determined")  # neither candidate's: a third label
     path = write_jsonl(tmp_path / "answers.jsonl", list(records.values()))  # c5 left undecided
@@ -89,7 +99,7 @@ def test_jsonl_round_trip(tmp_path, venue, capsys):
 
 def test_csv_round_trip_with_labels_only(tmp_path, venue):
     rows = export(tmp_path, "csv")
-    c5 = next(r for r in rows if r["item_id"] == "c5:manuscript")
+    c5 = by_item(venue, rows)["c5:manuscript"]
     c5["label"] = c5["candidate_2_label"].lower()  # a spreadsheet user typing the label in lower case
     path = tmp_path / "answers.csv"
     with open(path, "w", newline="") as handle:
@@ -126,10 +136,10 @@ def test_labelstudio_round_trip(tmp_path, venue):
     shown = {t.get("value") for t in config.iter("Text")}
     assert shown == {"$claim_text", "$source_material", "$candidate_1", "$candidate_2"}
     assert all(set(("claim_text", "source_material", "candidate_1", "candidate_2")) <= set(t["data"]) for t in tasks)
-    c1 = next(t["data"] for t in tasks if t["data"]["item_id"] == "c1:thread")
+    c1 = by_item(venue, [t["data"] for t in tasks])["c1:thread"]
     assert c1["candidate_2"].startswith(f"Label: {c1['candidate_2_label']}")
     path = tmp_path / "project-1-at-2026.json"
-    path.write_text(json.dumps(labelstudio_export(tasks, {"c1:thread": [c1["candidate_2_label"]]})))
+    path.write_text(json.dumps(labelstudio_export(tasks, {c1["item_id"]: [c1["candidate_2_label"]]})))
     assert import_file(path) == 0
     [decision] = venue["ledger"].read().decisions
     assert (decision.choice, decision.note) == ("candidate_2", "label studio user 7: looked twice")
@@ -152,6 +162,8 @@ JSONL_REJECTIONS = {
     "choice and label disagree": ({"choice": "candidate_1", "label": "Not Determined"},
                                   "but the label given is 'Not Determined'"),
     "claim id mismatch": ({"claim_id": "c5", "choice": "candidate_1"}, "claim_id 'c5' does not match item_id"),
+    "opaque id of no item": ({"item_id": "q-0123456789ab", "choice": "candidate_1"},
+                             "item 'q-0123456789ab' is no item of queue version"),
     "third label that is a candidate": ({"choice": "third_label", "label": "Not Supported"},
                                         "third_label 'Not Supported' is one of the candidates"),
 }
@@ -160,7 +172,7 @@ JSONL_REJECTIONS = {
 @pytest.mark.parametrize("case", list(JSONL_REJECTIONS))
 def test_jsonl_rejections_name_the_line_and_write_nothing(tmp_path, venue, capsys, case):
     change, reason = JSONL_REJECTIONS[case]
-    records = {r["item_id"]: r for r in export(tmp_path, "jsonl")}
+    records = by_item(venue, export(tmp_path, "jsonl"))
     good = {**records["c5:manuscript"], "label": "Not Determined"}
     bad = {**records["c1:thread"], **change}
     capsys.readouterr()
@@ -173,7 +185,7 @@ def test_jsonl_rejections_name_the_line_and_write_nothing(tmp_path, venue, capsy
 
 
 def test_every_problem_of_a_file_is_reported_at_once(tmp_path, venue, capsys):
-    records = {r["item_id"]: r for r in export(tmp_path, "jsonl")}
+    records = by_item(venue, export(tmp_path, "jsonl"))
     c3 = records["c3:thread"]
     unusable = "candidate_1" if c3["candidate_1_label"] is None else "candidate_2"  # its labeller did not parse
     path = tmp_path / "answers.jsonl"
@@ -184,8 +196,9 @@ def test_every_problem_of_a_file_is_reported_at_once(tmp_path, venue, capsys):
     err = capsys.readouterr().err
     assert "rejected" in err and "4 problem(s)" in err
     assert f"{path}:2: not valid JSON" in err
-    assert f"{path}:1: duplicate answer for c1:thread (also line 3)" in err
-    assert f"{path}:3: duplicate answer for c1:thread (also line 1)" in err
+    c1 = records["c1:thread"]["item_id"]
+    assert f"{path}:1: duplicate answer for {c1} (also line 3)" in err
+    assert f"{path}:3: duplicate answer for {c1} (also line 1)" in err
     assert f"{path}:4: {unusable} has no usable label" in err
     assert not venue["ledger"].path.exists()
 

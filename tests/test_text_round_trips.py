@@ -26,7 +26,14 @@ from peerify_dagster.domain.release_import import import_release
 from peerify_dagster.domain.slices import SLICE_COLUMNS, SLICE_SCHEMA
 from peerify_dagster.resources.decisions import DecisionLedger, new_decision
 from tests.arbitration_support import build, standard_labels, write_inputs
-from tests.test_queue_import_export import VENUE, export, import_file, labelstudio_export, venue  # noqa: F401
+from tests.test_queue_import_export import (  # noqa: F401
+    VENUE,
+    by_item,
+    export,
+    import_file,
+    labelstudio_export,
+    venue,
+)
 from tests.test_release_import import b1, import_cli, lake_files, review_row, workspace, write_release  # noqa: F401
 
 # What str.splitlines() breaks a line at, besides "\n": each must stay inside its record.
@@ -92,8 +99,11 @@ def _queue_row(texts: list[str]) -> dict:
             "queue_version": "v1"}
 
 
+OPAQUE = {"c1:thread": "q-0123456789ab"}  # the row's opaque id (its value is the secret's business, not these tests')
+
+
 def _imported_note(answers: list[arb.Answer], row: dict) -> str | None:
-    valid, problems = arb.validate_answers(answers, VENUE, [row], {"c1"})
+    valid, problems = arb.validate_answers(answers, VENUE, [row], {"c1"}, OPAQUE)
     assert problems == [] and len(valid) == 1
     return valid[0].note
 
@@ -102,8 +112,9 @@ def _imported_note(answers: list[arb.Answer], row: dict) -> str | None:
 @given(st.lists(INNER_TEXT, min_size=5, max_size=5))
 def test_jsonl_export_and_import_round_trip_any_text(texts):
     row, note = _queue_row(texts[:4]), texts[4]
-    [record] = [line.record for line in records.json_lines(arb.to_jsonl([row]).encode())]
-    assert {name: record[name] for name in arb.EXPORT_COLUMNS} == {name: row[name] for name in arb.EXPORT_COLUMNS}
+    [record] = [line.record for line in records.json_lines(arb.to_jsonl([row], OPAQUE).encode())]
+    assert {name: record[name] for name in arb.EXPORT_COLUMNS} == {**{name: row[name] for name in arb.EXPORT_COLUMNS},
+                                                                   "item_id": OPAQUE["c1:thread"]}
     answers, problems = arb.read_jsonl(records.jsonl_bytes([{**record, "choice": "candidate_1", "note": note}]))
     assert problems == [] and answers[0].fields["claim_text"] == row["claim_text"]
     assert _imported_note(answers, row) == note
@@ -113,7 +124,7 @@ def test_jsonl_export_and_import_round_trip_any_text(texts):
 @given(st.lists(INNER_TEXT, min_size=5, max_size=5))
 def test_csv_export_and_import_round_trip_any_text(texts):
     row, note = _queue_row(texts[:4]), texts[4]
-    exported = arb.to_csv([row])
+    exported = arb.to_csv([row], OPAQUE)
     [(line, record)] = list(records.csv_records(exported))
     assert line == 2 and record["claim_text"] == row["claim_text"]
     assert record["candidate_1_evidence"] == "\n".join(row["candidate_1_evidence"])
@@ -127,9 +138,9 @@ def test_csv_export_and_import_round_trip_any_text(texts):
 @given(st.lists(INNER_TEXT, min_size=5, max_size=5))
 def test_labelstudio_export_and_import_round_trip_any_text(texts):
     row, note = _queue_row(texts[:4]), texts[4]
-    tasks = json.loads(json.dumps(arb.to_labelstudio_tasks([row]), ensure_ascii=False, indent=1))
+    tasks = json.loads(json.dumps(arb.to_labelstudio_tasks([row], OPAQUE), ensure_ascii=False, indent=1))
     assert tasks[0]["data"]["claim_text"] == row["claim_text"]
-    exported = labelstudio_export(tasks, {"c1:thread": ["Supported"]})
+    exported = labelstudio_export(tasks, {OPAQUE["c1:thread"]: ["Supported"]})
     exported[0]["annotations"][0]["result"][1]["value"]["text"] = [note]
     answers, problems = arb.read_labelstudio(json.dumps(exported, ensure_ascii=False).encode())
     assert problems == []
@@ -234,8 +245,8 @@ def test_a_csv_export_holding_a_bare_carriage_return_imports(tmp_path, venue, ca
     with open(out, newline="") as handle:  # what a spreadsheet reads, and writes back filled in
         rows = list(csv.DictReader(handle))
     assert len(rows) == 3 and {r["candidate_1_justification"] for r in rows} >= {"first part\rsecond part\u2028third"}
-    for row in rows:
-        row.update(label="Not Determined" if row["item_id"] != "c3:thread" else "Supported",
+    for item_id, row in by_item(venue, rows).items():
+        row.update(label="Not Determined" if item_id != "c3:thread" else "Supported",
                    note=f"seen\rtwice {row['item_id']}")
     answers = tmp_path / "answers.csv"
     with open(answers, "w", newline="") as handle:
@@ -249,7 +260,7 @@ def test_a_csv_export_holding_a_bare_carriage_return_imports(tmp_path, venue, ca
 
 def test_a_decisions_file_whose_note_holds_line_separators_is_accepted(tmp_path, venue, capsys):  # noqa: F811
     note = "checked twice\u2028then\u2029once more\x85done"
-    records_ = {r["item_id"]: r for r in export(tmp_path, "jsonl")}
+    records_ = by_item(venue, export(tmp_path, "jsonl"))
     path = tmp_path / "answers.jsonl"  # written raw, as any JSON writer with ensure_ascii off does
     path.write_text(json.dumps({**records_["c1:thread"], "choice": "candidate_1", "note": note},
                                ensure_ascii=False) + "\n", encoding="utf-8")
@@ -271,7 +282,7 @@ def test_importing_the_same_export_twice_records_each_decision_once(tmp_path, ve
     first = venue["ledger"].read().decisions
     assert len(first) == 3
     assert import_file(path, annotator="dave") == 0  # another annotator's answers are theirs to record
-    records_ = {r["item_id"]: r for r in export(tmp_path, "jsonl", "--all")}
+    records_ = by_item(venue, export(tmp_path, "jsonl", "--all"))
     changed = tmp_path / "changed.jsonl"  # carol changes her mind on one item: a new decision, superseding hers
     changed.write_text(json.dumps({**records_["c5:manuscript"], "label": "Supported"}) + "\n")
     assert import_file(changed) == 0

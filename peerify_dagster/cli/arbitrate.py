@@ -10,7 +10,9 @@ Modes of `arbitrate`:
 
 Every decision is appended to the venue's decision ledger the moment its key is pressed (the ledger fsyncs), so a
 killed session loses at most the item on screen. Keys are read one at a time when stdin is a terminal, else one
-line per answer (scripts can drive it).
+line per answer (scripts can drive it). The session itself (items, decisions, leases) is resources/annotation.py,
+shared with the web app: an item on screen here is leased to this annotator, so the browser never offers it to
+another one, and items another annotator holds are skipped.
 """
 
 from __future__ import annotations
@@ -24,7 +26,6 @@ import textwrap
 import tty
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TextIO
 
@@ -33,16 +34,24 @@ import polars as pl
 from peerify_dagster import paths
 from peerify_dagster.cli.common import guarded, say
 from peerify_dagster.domain import arbitration, audit
-from peerify_dagster.domain.labels import LABELS, NOT_DETERMINED, NOT_SUPPORTED, PARTIALLY_SUPPORTED, SUPPORTED
+from peerify_dagster.domain.labels import LABELS
 from peerify_dagster.domain.venues import RegistryError, Venue, load_registry
 from peerify_dagster.resources import audit_sample
-from peerify_dagster.resources.decisions import Decision, DecisionLedger, LedgerError, current_decisions, new_decision
-from peerify_dagster.resources.lake import Lake, UnreadablePartitionError
+from peerify_dagster.resources.annotation import (
+    CANDIDATE_KEYS,
+    LABEL_KEYS,
+    MODES,
+    SOURCE_NAMES,
+    AnnotationError,
+    Item,
+    ItemUnavailable,
+    Session,
+    answer_of_key,
+    lake_table,
+)
+from peerify_dagster.resources.decisions import LedgerError
+from peerify_dagster.resources.lake import Lake
 
-MODES = ("arbitration", "audit", "consensus")
-LABEL_KEYS = {"s": SUPPORTED, "p": PARTIALLY_SUPPORTED, "n": NOT_SUPPORTED, "d": NOT_DETERMINED}
-CANDIDATE_KEYS = {"1": "candidate_1", "2": "candidate_2"}
-SOURCE_NAMES = {"thread": "the review thread (author responses)", "manuscript": "the manuscript"}
 DEFAULT_SHOWN_LINES = 30
 QUIT_KEYS = {"q", "\x04"}  # q, or Ctrl-D (in cbreak mode it arrives as a character)
 
@@ -57,162 +66,6 @@ def _venue(key: str) -> Venue:
     if key not in registry:
         raise ArbitrateError(f"{registry_path}: venue {key!r} is not registered (known: {', '.join(sorted(registry))})")
     return registry[key]
-
-
-def _lake_table(lake: Lake, table: str, venue: str, built_by: str) -> pl.DataFrame:
-    try:
-        return lake.read_table(table, venue)
-    except FileNotFoundError:
-        raise ArbitrateError(f"no {table} for {venue} yet: {built_by}") from None
-    except UnreadablePartitionError as exc:
-        raise ArbitrateError(f"{exc.path} is unreadable ({exc.reason}): {built_by}") from None
-
-
-# -- the items of a session -----------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Candidate:
-    label: str | None
-    justification: str | None
-    evidence: list[str]
-    raw_answer: str | None = None  # the model's answer as written, when it gave no usable label
-
-
-@dataclass(frozen=True)
-class Item:
-    item_id: str
-    claim_id: str
-    source: str
-    claim_text: str
-    claim_type: str | None
-    source_material: str | None
-    version: str | None  # the queue / audit-sample version a decision on it answers
-    candidates: tuple[Candidate, ...] = ()  # arbitration only
-    human_labels: tuple[str, ...] = ()  # consensus only: the two annotators' labels
-
-
-class Session:
-    """One annotator working through one mode's items of a venue; every decision goes straight to the ledger."""
-
-    def __init__(self, lake_root: str | Path, venue: str, mode: str, annotator: str):
-        self.lake_root, self.venue, self.mode, self.annotator = lake_root, venue, mode, annotator
-        self.kind = "arbitration" if mode == "arbitration" else mode  # the decisions' kind
-        self.ledger = DecisionLedger(lake_root, venue, "arbitration" if mode == "arbitration" else "audit")
-        self.queue_rows: list[dict] = []  # arbitration: the queue as built
-        self.sample_version: str | None = None  # audit and consensus: the sample's version
-        self.items = self._load_items()
-        self.made: list[str] = []  # ids of the decisions of this session still live
-
-    @property
-    def saved(self) -> int:
-        return len(self.made)
-
-    def _load_items(self) -> list[Item]:
-        if self.mode == "arbitration":
-            queue = _lake_table(Lake(self.lake_root), "arbitration_queue", self.venue,
-                                f"`peerify build {self.venue}` builds the arbitration queue")
-            self.queue_rows = queue.to_dicts()
-            return [_queue_item(row) for row in self.queue_rows]
-        sample = audit_sample.read_sample(self.lake_root, self.venue)
-        if sample is None:
-            raise ArbitrateError(f"no audit sample for {self.venue} yet: draw one with "
-                                 f"`peerify audit sample --venue {self.venue} --n 300`")
-        self.sample_version = audit_sample.sample_version_of(sample)
-        items = [_sample_item(row) for row in sample.iter_rows(named=True)]
-        if self.mode == "audit":
-            self._check_annotator_slot()
-        return items
-
-    def _check_annotator_slot(self) -> None:
-        state = audit_sample.read_audit_state(self.lake_root, self.venue, self.sample_version)
-        if len(state.annotators) == 2 and self.annotator not in state.annotators:
-            raise ArbitrateError(f"the audit of {self.venue} already has its two annotators "
-                                 f"({' and '.join(state.annotators)}); use --mode consensus to settle their "
-                                 "disagreements")
-
-    # the decisions of this session's kind, current ones, and which items are open
-    def _decisions(self) -> list[Decision]:
-        decisions = [d for d in self.ledger.read().decisions if d.kind == self.kind]
-        if self.mode != "arbitration":
-            decisions = [d for d in decisions if d.queue_version == self.sample_version]
-        return decisions
-
-    def open_items(self) -> list[Item]:
-        decisions = self._decisions()
-        if self.mode == "arbitration":  # a decision made on an older queue that no longer applies reopens its item
-            current = current_decisions(decisions)
-            still_open = {row["item_id"] for row in arbitration.open_items(self.queue_rows, current)}
-            return [item for item in self.items if item.item_id in still_open]
-        if self.mode == "audit":
-            mine = {item_id for item_id, annotator in current_decisions(decisions, per_annotator=True)
-                    if annotator == self.annotator}
-            return [item for item in self.items if item.item_id not in mine]
-        state = audit_sample.read_audit_state(self.lake_root, self.venue, self.sample_version)
-        open_items = []
-        for item in self.items:
-            labels = (state.label(item.item_id, 0), state.label(item.item_id, 1))
-            settled = state.consensus.get(item.item_id)
-            if audit.needs_consensus(audit.AuditItem(item.item_id, item.claim_type, *labels,
-                                                     settled.label if settled else None, None)):
-                open_items.append(_with_human_labels(item, labels))
-        return open_items
-
-    def total(self) -> int:
-        return len(self.items)
-
-    def position(self, item: Item) -> int:
-        return next(i for i, other in enumerate(self.items, start=1) if other.item_id == item.item_id)
-
-    def decide(self, item: Item, label: str, choice: str, note: str | None) -> Decision:
-        if self.mode != "arbitration":
-            self._check_sample_unchanged()
-        if self.mode == "audit":  # two others may have started labelling since this session began
-            self._check_annotator_slot()
-        decision = new_decision(venue=self.venue, claim_id=item.claim_id, source=item.source, kind=self.kind,
-                                action="decide", choice=choice, label=label, annotator=self.annotator, note=note,
-                                queue_version=item.version, supersedes=None)
-        self.ledger.append([decision])
-        self.made.append(decision.decision_id)
-        return decision
-
-    def undo(self) -> Decision | None:
-        """Retract this annotator's latest live decision of this mode; None when there is none."""
-        decisions = self._decisions()
-        retracted = {d.supersedes for d in decisions if d.action == "retract"}
-        mine = [d for d in decisions if d.action == "decide" and d.annotator == self.annotator
-                and d.decision_id not in retracted]
-        if not mine:
-            return None
-        last = mine[-1]
-        self.ledger.append([new_decision(venue=self.venue, claim_id=last.claim_id, source=last.source,
-                                         kind=self.kind, action="retract", choice=None, label=None,
-                                         annotator=self.annotator, note=None, queue_version=last.queue_version,
-                                         supersedes=last.decision_id)])
-        if last.decision_id in self.made:
-            self.made.remove(last.decision_id)
-        return last
-
-    def _check_sample_unchanged(self) -> None:
-        sample = audit_sample.read_sample(self.lake_root, self.venue)
-        if sample is None or audit_sample.sample_version_of(sample) != self.sample_version:
-            raise ArbitrateError(f"the audit sample of {self.venue} was redrawn during this session; "
-                                 "start `peerify arbitrate` again")
-
-
-def _queue_item(row: dict) -> Item:
-    candidates = tuple(Candidate(row[f"candidate_{n}_label"], row[f"candidate_{n}_justification"],
-                                 list(row[f"candidate_{n}_evidence"] or []), row.get(f"candidate_{n}_raw_answer"))
-                       for n in (1, 2))
-    return Item(row["item_id"], row["claim_id"], row["source"], row["claim_text"], row.get("claim_type"),
-                row.get("source_material"), row["queue_version"], candidates=candidates)
-
-
-def _sample_item(row: dict) -> Item:
-    return Item(row["item_id"], row["claim_id"], row["source"], row["claim_text"], row.get("claim_type"),
-                row.get("source_material"), row["audit_sample_version"])
-
-
-def _with_human_labels(item: Item, labels: tuple[str | None, str | None]) -> Item:
-    return replace(item, human_labels=tuple(label or "-" for label in labels))
 
 
 # -- the terminal ---------------------------------------------------------------------------------------------------
@@ -315,83 +168,98 @@ class Screen:
 
 
 def walk(session: Session, keys: Keys, screen: Screen) -> int:
-    """The session's loop; returns the process exit code."""
+    """The session's loop; returns the process exit code. However it ends (a kill -9 aside), the lease on the item
+    on screen is given up, so another annotator can take that item at once."""
     write = screen.write
-    open_items = session.open_items()
-    if not open_items:
+    if not session.open_items():
         what = {"arbitration": "nothing to arbitrate", "audit": "nothing to label",
                 "consensus": "nothing to reconcile"}[session.mode]
         write(f"{what} for {session.venue}: {session.total()} item(s), none open for {session.annotator}\n")
         return 0
+    try:
+        with keys.active():
+            return _walk_items(session, keys, screen)
+    finally:
+        session.release()
+
+
+def _walk_items(session: Session, keys: Keys, screen: Screen) -> int:
+    write = screen.write
     skipped: set[str] = set()
-    current: Item | None = None
-    with keys.active():
+    current: Item | None = None  # set on entry only after an undo: the undone item
+    while True:
+        if current is not None and not _held(session, current, write):
+            skipped.add(current.item_id)
+            current = None
+        if current is None or not session.is_open(current):
+            current = session.next_item(exclude=skipped)  # leased to this annotator
+        if current is None:
+            held = session.held_by_others()
+            write(f"no open item left in this session ({len(skipped)} skipped"
+                  + (f", {held} being decided by other annotators" if held else "")
+                  + f"); {session.saved} decision(s) saved\n")
+            return 0
+        open_items = session.open_items()
+        current = next(i for i in open_items if i.item_id == current.item_id)  # fresh human labels
+        hidden = screen.item(current, session.position(current), session.total(), len(open_items), session.mode)
+        note = None
         while True:
-            open_items = session.open_items()
-            if current is None or current.item_id not in {i.item_id for i in open_items}:
-                current = next((i for i in open_items if i.item_id not in skipped), None)
-            if current is None:
-                write(f"no open item left in this session ({len(skipped)} skipped); "
-                      f"{session.saved} decision(s) saved\n")
+            write("> ")
+            key = keys.key()
+            write(("" if not keys.is_tty else key if key.isprintable() else "") + "\n")
+            if key in QUIT_KEYS:
+                write(f"quit; {session.saved} decision(s) saved this session\n")
                 return 0
-            current = next(i for i in open_items if i.item_id == current.item_id)  # fresh human labels
-            hidden = screen.item(current, session.position(current), session.total(), len(open_items),
-                                 session.mode)
-            note = None
-            while True:
-                write("> ")
-                key = keys.key()
-                write(("" if not keys.is_tty else key if key.isprintable() else "") + "\n")
-                if key in QUIT_KEYS:
-                    write(f"quit; {session.saved} decision(s) saved this session\n")
-                    return 0
-                if key == "k":
-                    skipped.add(current.item_id)
-                    current = None
-                    break
-                if key == "u":
-                    undone = session.undo()
-                    if undone is None:
-                        write("nothing of yours to undo\n")
-                        continue
-                    write(f"undone: your decision {undone.label} on {undone.item_id}\n")
-                    skipped.discard(undone.item_id)
-                    current = next((i for i in session.open_items() if i.item_id == undone.item_id), None)
-                    break
-                if key == "o":
-                    note = keys.line(lambda: write("note: ")).strip() or None
-                    write(f"note kept for this item's decision: {note!r}\n" if note else "no note\n")
-                    continue
-                if key == "m":
-                    write("\n".join(hidden) + "\n" if hidden else "nothing hidden\n")
-                    continue
-                answer = _answer(current, key, session.mode)
-                if isinstance(answer, str):
-                    write(answer + "\n")
-                    continue
-                label, choice = answer
-                session.decide(current, label, choice, note)
-                where = f" (candidate {choice[-1]})" if choice.startswith("candidate_") else ""
-                write(f"saved: {label}{where}\n")
+            if not _held(session, current, write):  # a key press renews the lease; lost, the item is skipped
+                skipped.add(current.item_id)
                 current = None
                 break
+            if key == "k":
+                skipped.add(current.item_id)
+                current = None
+                break
+            if key == "u":
+                undone = session.undo()
+                if undone is None:
+                    write("nothing of yours to undo\n")
+                    continue
+                write(f"undone: your decision {undone.label} on {undone.item_id}\n")
+                skipped.discard(undone.item_id)
+                current = next((i for i in session.open_items() if i.item_id == undone.item_id), None)
+                break
+            if key == "o":
+                note = keys.line(lambda: write("note: ")).strip() or None
+                write(f"note kept for this item's decision: {note!r}\n" if note else "no note\n")
+                continue
+            if key == "m":
+                write("\n".join(hidden) + "\n" if hidden else "nothing hidden\n")
+                continue
+            answer = answer_of_key(current, key, session.mode)
+            if isinstance(answer, str):
+                known = key in CANDIDATE_KEYS or key in LABEL_KEYS
+                write(answer + ("" if known else f"; {Screen.help(session.mode, current)}") + "\n")
+                continue
+            label, choice = answer
+            try:
+                session.decide(current, label, choice, note)
+            except ItemUnavailable as exc:
+                write(f"{exc}\n")
+                current = None
+                break
+            where = f" (candidate {choice[-1]})" if choice.startswith("candidate_") else ""
+            write(f"saved: {label}{where}\n")
+            current = None
+            break
 
 
-def _answer(item: Item, key: str, mode: str) -> tuple[str, str] | str:
-    """(label, choice) for a deciding key, else the line that says why the key does not decide."""
-    if mode == "arbitration" and key in CANDIDATE_KEYS:
-        candidate = item.candidates[int(key) - 1]
-        if candidate.label not in LABELS:
-            return f"candidate {key} has no label to choose; press a label key instead"
-        return candidate.label, CANDIDATE_KEYS[key]
-    if key in LABEL_KEYS:
-        label = LABEL_KEYS[key]
-        if mode != "arbitration":
-            return label, "label"
-        # A label equal to a candidate's is that candidate upheld, not a third label.
-        same = [n for n, candidate in enumerate(item.candidates, start=1) if candidate.label == label]
-        return label, f"candidate_{same[0]}" if same else "third_label"
-    return f"unknown key {key!r}; {Screen.help(mode, item)}"
+def _held(session: Session, item: Item, write: Callable[[str], None]) -> bool:
+    """Renew this annotator's lease on the item; False (said on screen) when another annotator holds it now."""
+    try:
+        session.hold(item)
+    except ItemUnavailable as exc:
+        write(f"{exc}; moving on\n")
+        return False
+    return True
 
 
 # -- commands -----------------------------------------------------------------------------------------------------
@@ -412,9 +280,9 @@ def cmd_arbitrate(args: argparse.Namespace) -> int:
 def build_audit_sample(lake: Lake, venue: str, n: int, seed: int) -> tuple[pl.DataFrame, int]:
     """The drawn sample as stored, and how many RebuttalSourced items were left out for having no author reply."""
     built_by = f"`peerify build {venue}` builds it"
-    canonical = _lake_table(lake, "canonical_labels", venue, built_by)
-    labels = _lake_table(lake, "claim_labels", venue, built_by)
-    claims = _lake_table(lake, "review_claims", venue, built_by)
+    canonical = lake_table(lake, "canonical_labels", venue, built_by)
+    labels = lake_table(lake, "claim_labels", venue, built_by)
+    claims = lake_table(lake, "review_claims", venue, built_by)
     types = (lake.read_table("claim_types", venue) if lake.table_path("claim_types", venue).exists()
              else pl.DataFrame(schema={"claim_id": pl.String, "claim_type": pl.String}))
     # What the thread labellers saw is the material the annotators judge (one row per claim: the labellers share it).
@@ -462,7 +330,7 @@ def cmd_audit_sample(args: argparse.Namespace) -> int:
     return 0
 
 
-_guarded = guarded(ArbitrateError, RegistryError, LedgerError)
+_guarded = guarded(ArbitrateError, AnnotationError, RegistryError, LedgerError)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

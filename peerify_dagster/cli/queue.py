@@ -1,6 +1,9 @@
 """`peerify queue export` and `peerify decisions import`: the arbitration queue out to JSONL, CSV or Label Studio, and
 human decisions back from them into the decisions ledger.
 
+An export names each item by its opaque id (never its claim id: see domain/arbitration.py), and an import maps the id
+back through the queue; files exported before opaque ids (claim_id:source in `item_id`) still import.
+
 An import validates the whole file first and is accepted whole (one ledger append) or rejected whole, with one line
 per problem (`file:line: reason`, or the task for a Label Studio export) and exit code 2. An answer the annotator's
 current decision on the item already records (same queue version, choice, label and note) is not recorded again, so
@@ -18,6 +21,7 @@ import polars as pl
 from peerify_dagster import paths
 from peerify_dagster.cli.common import guarded, say
 from peerify_dagster.domain import arbitration as arb
+from peerify_dagster.resources.annotation import queue_opaque_ids
 from peerify_dagster.resources.decisions import Decision, DecisionLedger, LedgerError, current_decisions, new_decision
 from peerify_dagster.resources.files import write_atomic
 from peerify_dagster.resources.lake import Lake, UnreadablePartitionError
@@ -49,14 +53,16 @@ def cmd_queue_export(args: argparse.Namespace) -> int:
     lake = Lake(paths.lake_root())
     queue = _read(lake, "arbitration_queue", args.venue).to_dicts()
     rows = queue if args.all else arb.open_items(queue, current_decisions(_arbitration_decisions(lake, args.venue)[1]))
+    opaque_ids = queue_opaque_ids(lake.root, args.venue, queue)
     out = Path(args.out)
     if args.format == "labelstudio":
         tasks_path, config_path = _labelstudio_paths(out)
-        write_atomic(tasks_path, json.dumps(arb.to_labelstudio_tasks(rows), ensure_ascii=False, indent=1).encode())
+        tasks = arb.to_labelstudio_tasks(rows, opaque_ids)
+        write_atomic(tasks_path, json.dumps(tasks, ensure_ascii=False, indent=1).encode())
         write_atomic(config_path, arb.labelstudio_config().encode())
         written = f"{tasks_path} (labelling config: {config_path})"
     else:
-        text = arb.to_jsonl(rows) if args.format == "jsonl" else arb.to_csv(rows)
+        text = arb.to_jsonl(rows, opaque_ids) if args.format == "jsonl" else arb.to_csv(rows, opaque_ids)
         write_atomic(out, text.encode("utf-8"))
         written = str(out)
     scope = "all items" if args.all else "open items"
@@ -85,7 +91,8 @@ def cmd_decisions_import(args: argparse.Namespace) -> int:
     queue = _read(lake, "arbitration_queue", args.venue).to_dicts()
     known_claims = set(_read(lake, "claim_labels", args.venue)["claim_id"])
     answers, problems = arb.READERS[file_format](data)
-    valid, invalid = arb.validate_answers(answers, args.venue, queue, known_claims)
+    valid, invalid = arb.validate_answers(answers, args.venue, queue, known_claims,
+                                          queue_opaque_ids(lake.root, args.venue, queue))
     problems += invalid
     if problems:
         say(f"rejected {path}: {len(problems)} problem(s); nothing was imported")

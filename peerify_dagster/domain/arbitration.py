@@ -6,6 +6,13 @@ record from the venue's seed; which labeller is which lives only in `arbitration
 export or a queue row reads the key. A candidate without a usable label carries its labeller's raw answer
 (`candidate_N_raw_answer`), so the human sees what the model actually said.
 
+Opaque ids: what an annotator sees of an item is never its claim id (`claim_labels` and `canonical_labels.label_a/b`
+are keyed by it, so one join would tell which candidate is which labeller) but `q-` + 12 hex of an HMAC-SHA256, keyed
+by a secret the lake keeps beside the decisions, of (venue, queue or audit-sample version, item id). Without the
+secret an id cannot be computed from a claim id, so it cannot be joined to anything; and it changes with the queue
+version, so ids from two exports cannot be matched up either. Exports carry it in their `item_id` field; an import
+maps it back through the queue it was exported from, and still takes the claim_id:source form older exports wrote.
+
 Decisions answering an older queue version (the queue is rebuilt whenever any item changes, so every decision
 soon answers an older version) are applied while what was chosen is still on offer in the same form: a candidate
 choice when that candidate still carries the label chosen, a third label when neither candidate now carries it.
@@ -15,6 +22,7 @@ Otherwise the decision is stale: kept in the ledger, reported, and the item is p
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
@@ -44,9 +52,9 @@ CANONICAL_COLUMNS = (
     "venue", "item_id", "claim_id", "paper_id", "review_id", "source", "label", "provenance", "decision_id",
     "annotator", "label_a", "label_b", "call_id_a", "call_id_b", "queue_version",
 )
-# What an export shows per item, then the answer fields a human fills in.
+# What an export shows per item (`item_id`: the item's opaque id), then the answer fields a human fills in.
 EXPORT_COLUMNS = (
-    "venue", "item_id", "claim_id", "source", "claim_type", "claim_text", "source_material",
+    "venue", "item_id", "source", "claim_type", "claim_text", "source_material",
     "candidate_1_label", "candidate_1_justification", "candidate_1_evidence", "candidate_1_raw_answer",
     "candidate_2_label", "candidate_2_justification", "candidate_2_evidence", "candidate_2_raw_answer", "reason",
     "queue_version",
@@ -55,10 +63,28 @@ ANSWER_COLUMNS = ("choice", "label", "note")
 EXPORT_FORMATS = ("jsonl", "csv", "labelstudio")
 # Label Studio control names: the labelling config and the importer agree on them.
 LS_LABEL_CONTROL, LS_NOTE_CONTROL = "label", "note"
+OPAQUE_ID_PREFIX = "q-"
+OPAQUE_ID_HEX = 12  # 48 bits: a clash in a queue of 10,000 items has a chance below 1 in 5 million, and is refused
 
 
 def item_id_of(claim_id: str, source: str) -> str:
     return f"{claim_id}:{source}"
+
+
+def is_opaque_id(value: object) -> bool:
+    return isinstance(value, str) and value.startswith(OPAQUE_ID_PREFIX) and ":" not in value
+
+
+def opaque_item_ids(secret: bytes, venue: str, version: str | None, item_ids: Iterable[str]) -> dict[str, str]:
+    """item id -> its opaque id for one queue (or audit sample) version; see the module's docstring."""
+    ids = {}
+    for item_id in item_ids:
+        message = "\n".join([venue, version or "", item_id]).encode("utf-8")
+        ids[item_id] = OPAQUE_ID_PREFIX + hmac.new(secret, message, hashlib.sha256).hexdigest()[:OPAQUE_ID_HEX]
+    if len(set(ids.values())) != len(ids):
+        raise ValueError(f"two items of {venue} version {version} got the same opaque id; rotate the lake's item id "
+                         "secret (nothing has been decided on these ids if the clash is new)")
+    return ids
 
 
 def candidate_order(venue: str, item_id: str, seed: int) -> tuple[str, str]:
@@ -220,20 +246,31 @@ def canonical_labels(venue: str, label_rows: Iterable[Mapping], queue_rows: Sequ
     return result
 
 
+def folded_table(table: Sequence[Sequence[int]]) -> list[list[int | None]]:
+    """labeller_agreement's A-by-B table (`table[i][j]`: A said LABELS[i], B said LABELS[j]) folded over its diagonal:
+    `folded[i][j]` for j >= i counts the items where one labeller said LABELS[i] and the other LABELS[j], whichever
+    said which; None below the diagonal. What annotators may see: the directed table would tell them which candidate
+    is which labeller wherever one kind of disagreement is rare (a single item of S vs N, say)."""
+    size = len(table)
+    return [[None if j < i else table[i][j] + (table[j][i] if j != i else 0) for j in range(size)]
+            for i in range(size)]
+
+
 # -- exports -----------------------------------------------------------------------------------------------------
-def export_records(queue_rows: Iterable[Mapping]) -> list[dict]:
-    """The queue rows as an export shows them, with empty answer fields."""
-    return [{**{c: row[c] for c in EXPORT_COLUMNS}, **dict.fromkeys(ANSWER_COLUMNS)} for row in queue_rows]
+def export_records(queue_rows: Iterable[Mapping], opaque_ids: Mapping[str, str]) -> list[dict]:
+    """The queue rows as an export shows them (`opaque_ids`: item id -> opaque id), with empty answer fields."""
+    return [{**{c: row[c] for c in EXPORT_COLUMNS}, "item_id": opaque_ids[row["item_id"]],
+             **dict.fromkeys(ANSWER_COLUMNS)} for row in queue_rows]
 
 
-def to_jsonl(queue_rows: Iterable[Mapping]) -> str:
-    return records.jsonl_text(export_records(queue_rows))
+def to_jsonl(queue_rows: Iterable[Mapping], opaque_ids: Mapping[str, str]) -> str:
+    return records.jsonl_text(export_records(queue_rows, opaque_ids))
 
 
-def to_csv(queue_rows: Iterable[Mapping]) -> str:
+def to_csv(queue_rows: Iterable[Mapping], opaque_ids: Mapping[str, str]) -> str:
     return records.csv_text([*EXPORT_COLUMNS, *ANSWER_COLUMNS], (
         {name: "\n".join(value) if isinstance(value, list) else value for name, value in record.items()}
-        for record in export_records(queue_rows)))
+        for record in export_records(queue_rows, opaque_ids)))
 
 
 def no_label_text(raw_answer: str | None) -> str:
@@ -249,11 +286,11 @@ def _candidate_text(row: Mapping, candidate: str) -> str:
     return "\n\n".join(part for part in (*parts, f"Evidence quoted:\n{evidence}" if evidence else "") if part)
 
 
-def to_labelstudio_tasks(queue_rows: Iterable[Mapping]) -> list[dict]:
+def to_labelstudio_tasks(queue_rows: Iterable[Mapping], opaque_ids: Mapping[str, str]) -> list[dict]:
     """Label Studio tasks (import JSON): `data` carries what the labelling config shows plus the ids to import by."""
-    return [{"data": {**{c: row[c] for c in ("venue", "item_id", "claim_id", "source", "claim_type", "claim_text",
-                                             "source_material", "candidate_1_label", "candidate_2_label",
-                                             "queue_version")},
+    return [{"data": {**{c: row[c] for c in ("venue", "source", "claim_type", "claim_text", "source_material",
+                                             "candidate_1_label", "candidate_2_label", "queue_version")},
+                      "item_id": opaque_ids[row["item_id"]],
                       "candidate_1": _candidate_text(row, "candidate_1"),
                       "candidate_2": _candidate_text(row, "candidate_2")}}
             for row in queue_rows]
@@ -393,20 +430,27 @@ def _vocabulary_label(value: str) -> str | None:
 
 
 def validate_answers(answers: Sequence[Answer], venue: str, queue_rows: Sequence[Mapping],
-                     known_claim_ids: set[str]) -> tuple[list[ValidAnswer], list[ImportProblem]]:
+                     known_claim_ids: set[str], opaque_ids: Mapping[str, str]) -> tuple[list[ValidAnswer],
+                                                                                       list[ImportProblem]]:
     """Check every answer against the queue; the answers are usable only when the problem list is empty. An answer
-    with neither a choice nor a label is an item left undecided and is skipped."""
+    with neither a choice nor a label is an item left undecided and is skipped. `opaque_ids`: the queue's item id ->
+    opaque id (what an export's `item_id` holds); an `item_id` of the claim_id:source form (exports written before
+    opaque ids) is taken as it is."""
     queue = {row["item_id"]: row for row in queue_rows}
     current_version = queue_rows[0]["queue_version"] if queue_rows else None
+    by_opaque = {opaque: item_id for item_id, opaque in opaque_ids.items()}
     decided = [a for a in answers if not (_blank(a.fields.get("choice")) and _blank(a.fields.get("label")))]
-    seen = Counter(a.fields.get("item_id") for a in decided)
+    # the queue's own item id of each answer; None for an opaque id of no item of the current queue
+    resolved = [by_opaque.get(a.fields.get("item_id")) if is_opaque_id(a.fields.get("item_id"))
+                else a.fields.get("item_id") for a in decided]
+    seen = Counter(item_id for item_id in resolved if item_id)
     valid, problems = [], []
-    for answer in decided:
-        reasons = _answer_problems(answer.fields, venue, queue, current_version, known_claim_ids)
-        item_id = answer.fields.get("item_id")
+    for answer, item_id in zip(decided, resolved):
+        reasons = _answer_problems(answer.fields, item_id, venue, queue, current_version, known_claim_ids)
         if item_id and seen[item_id] > 1:
-            others = [a.where for a in decided if a.fields.get("item_id") == item_id and a is not answer]
-            reasons.append(f"duplicate answer for {item_id} (also {', '.join(others)})")
+            others = [other.where for other, other_id in zip(decided, resolved)
+                      if other_id == item_id and other is not answer]
+            reasons.append(f"duplicate answer for {answer.fields['item_id']} (also {', '.join(others)})")
         if reasons:
             problems += [ImportProblem(answer.where, reason, answer.line) for reason in reasons]
             continue
@@ -423,15 +467,22 @@ def answer_recorded(answer: ValidAnswer, decision) -> bool:  # noqa: ANN001 - a 
         answer.queue_row["queue_version"], answer.choice, answer.label, answer.note)
 
 
-def _answer_problems(fields: Mapping, venue: str, queue: Mapping[str, Mapping], current_version: str | None,
-                     known_claim_ids: set[str]) -> list[str]:
+def _answer_problems(fields: Mapping, item_id: str | None, venue: str, queue: Mapping[str, Mapping],
+                     current_version: str | None, known_claim_ids: set[str]) -> list[str]:
+    """Why an answer cannot be recorded (`item_id`: the queue's own id of the answer's item, see validate_answers)."""
     missing = [name for name in ("venue", "item_id", "queue_version") if _blank(fields.get(name))]
     if missing:
         return [f"missing field(s) {', '.join(missing)}"]
     reasons = []
     if fields["venue"] != venue:
         reasons.append(f"venue {fields['venue']!r} is not {venue!r}")
-    item_id = fields["item_id"]
+    stale = fields["queue_version"] != current_version
+    if stale:
+        reasons.append(f"answers queue version {fields['queue_version']}, the current one is {current_version}; "
+                       "export the queue again")
+    if item_id is None:  # an opaque id, which names an item only within the queue version it was exported from
+        return reasons if stale else [*reasons, f"item {fields['item_id']!r} is no item of queue version "
+                                                f"{current_version} (an id this queue never exported)"]
     claim_id, _, source = item_id.rpartition(":")
     row = queue.get(item_id)
     if row is None:
@@ -440,10 +491,7 @@ def _answer_problems(fields: Mapping, venue: str, queue: Mapping[str, Mapping], 
         reasons.append(f"item {item_id!r}: {known}")
     for name, expected in (("claim_id", claim_id), ("source", source)):
         if not _blank(fields.get(name)) and fields[name] != expected:
-            reasons.append(f"{name} {fields[name]!r} does not match item_id {item_id!r}")
-    if fields["queue_version"] != current_version:
-        reasons.append(f"answers queue version {fields['queue_version']}, the current one is {current_version}; "
-                       "export the queue again")
+            reasons.append(f"{name} {fields[name]!r} does not match item_id {fields['item_id']!r}")
     label, choice = fields.get("label"), fields.get("choice")
     if label is not None and _vocabulary_label(str(label)) is None:
         reasons.append(f"label {label!r} is not one of {', '.join(LABELS)}")
