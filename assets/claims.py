@@ -249,7 +249,7 @@ def claim_types(context: dg.AssetExecutionContext, review_claims: pl.DataFrame, 
 
 
 def _paper_blocks(parsed_manuscripts: pl.DataFrame) -> dict[str, list[Block]]:
-    return {row["paper_id"]: [Block(**block) for block in row["blocks"]]
+    return {row["paper_id"]: [Block.from_record(block) for block in row["blocks"]]
             for row in parsed_manuscripts.iter_rows(named=True)}
 
 

@@ -1,5 +1,5 @@
 """The web app's page shaping (peerify_dagster/domain/claim_view.py) on small hand-made frames: the claim's span in
-the review text, passage boxes on the page, the claim browser's filters and pages, the claim page's joins, and the
+the review text, a passage's pages and boxes, the claim browser's filters and pages, the claim page's joins, and the
 venue overview's metrics with their baselines and warnings."""
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from peerify_dagster.domain.claim_view import (
     ClaimFilter,
     ClaimTables,
     answer_justification,
-    boxes_on_page,
     chunk_pages,
     claim_call_ids,
     claim_detail,
@@ -26,7 +25,6 @@ from peerify_dagster.domain.claim_view import (
     filter_claims,
     mark_claim,
     metric_rows,
-    page_sizes_of,
     page_view,
     slice_rows,
 )
@@ -56,28 +54,7 @@ def test_a_claim_sharing_no_word_with_the_text_marks_nothing(start, end):
     assert (marked.before, marked.marked, marked.how) == (REVIEW, "", None)
 
 
-# -- boxes on the page ---------------------------------------------------------------------------------------------
-def test_a_passages_regions_become_percent_boxes_on_their_page_only():
-    sizes = page_sizes_of({"page_sizes": [{"page": 1, "width": 600.0, "height": 800.0},
-                                          {"page": 2, "width": 600.0, "height": 800.0}]})
-    regions = [{"page": 1, "x0": 60.0, "y0": 80.0, "x1": 360.0, "y1": 480.0},
-               {"page": 2, "x0": 0.0, "y0": 0.0, "x1": 600.0, "y1": 400.0}]
-    assert boxes_on_page(regions, 1, sizes) == [{"left": 10.0, "top": 10.0, "width": 50.0, "height": 50.0}]
-    assert boxes_on_page(regions, 2, sizes) == [{"left": 0.0, "top": 0.0, "width": 100.0, "height": 50.0}]
-    assert boxes_on_page(regions, 3, sizes) == []
-
-
-def test_a_box_past_the_page_edge_is_clipped_and_one_outside_dropped():
-    sizes = {1: (100.0, 100.0)}
-    regions = [{"page": 1, "x0": -10.0, "y0": 90.0, "x1": 50.0, "y1": 130.0},
-               {"page": 1, "x0": 120.0, "y0": 10.0, "x1": 150.0, "y1": 20.0}]
-    assert boxes_on_page(regions, 1, sizes) == [{"left": 0.0, "top": 90.0, "width": 50.0, "height": 10.0}]
-
-
-def test_without_page_sizes_no_box_is_drawn():
-    assert boxes_on_page([{"page": 1, "x0": 1.0, "y0": 1.0, "x1": 2.0, "y1": 2.0}], 1, page_sizes_of(None)) == []
-
-
+# -- a passage's pages (its boxes: tests/test_positions.py) -----------------------------------------------------------
 def test_a_chunks_pages_are_those_of_its_regions_else_its_first_page():
     assert chunk_pages({"page": 1, "regions": [{"page": 3}, {"page": 2}, {"page": 3}]}) == [2, 3]
     assert chunk_pages({"page": 4, "regions": []}) == [4]

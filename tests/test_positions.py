@@ -20,7 +20,7 @@ from assets.manuscripts import PARSED_SCHEMA, parsed_row
 from peerify_dagster.domain.chunking import CHUNK_SCHEMA, ChunkingConfig, chunk_document
 from peerify_dagster.domain.layout import Block, LineRegion, Region, TextLine, merge_regions, recover_blocks
 from peerify_dagster.domain.layout.regions import regions_of_lines, text_offset
-from peerify_dagster.domain.regions import regions_on_page, scale_regions
+from peerify_dagster.domain.regions import boxes_on_page, page_sizes_of, regions_on_page
 from peerify_dagster.resources.document_parser import DocumentParser, ParsedDocument, _elements_from_docling
 from tests import fixtures_pdf
 
@@ -70,18 +70,28 @@ def test_lines_holding_a_range_of_a_blocks_text() -> None:
     assert text_offset("re-\n spaced  text") == text_offset("re- spaced text") == 13
 
 
-def test_regions_scale_to_a_page_image_of_any_width() -> None:
+def test_regions_become_percent_boxes_of_their_page_only() -> None:
     stored = [{"page": 1, "x0": 61.2, "y0": 79.2, "x1": 306.0, "y1": 158.4},
-              {"page": 2, "x0": 0.0, "y0": 0.0, "x1": 612.0, "y1": 792.0}]
-    on_first = regions_on_page(stored, 1)
-    assert on_first == [Region(1, 61.2, 79.2, 306.0, 158.4)]
-    (box,) = scale_regions(on_first, {"page": 1, "width": 612.0, "height": 792.0}, 1224)
-    assert box == pytest.approx((122.4, 158.4, 612.0, 316.8))
-    (whole_page,) = scale_regions(regions_on_page(stored, 2), (612.0, 792.0), 306)
-    assert whole_page == pytest.approx((0, 0, 306, 396))
+              {"page": 2, "x0": 0.0, "y0": 0.0, "x1": 612.0, "y1": 396.0}]
+    assert regions_on_page(stored, 1) == [Region(1, 61.2, 79.2, 306.0, 158.4)]
+    sizes = page_sizes_of({"page_sizes": [{"page": 1, "width": 612.0, "height": 792.0},
+                                          {"page": 2, "width": 612.0, "height": 792.0},
+                                          {"page": 3, "width": 0.0, "height": 0.0}]})
+    assert sizes == {1: (612.0, 792.0), 2: (612.0, 792.0)}  # a page of no size places nothing
+    assert boxes_on_page(stored, 1, sizes) == [{"left": 10.0, "top": 10.0, "width": 40.0, "height": 10.0}]
+    assert boxes_on_page([Region(2, 0.0, 0.0, 612.0, 396.0)], 2, sizes) == [
+        {"left": 0.0, "top": 0.0, "width": 100.0, "height": 50.0}]
+    assert boxes_on_page(stored, 3, sizes) == []
     assert regions_on_page(stored, 3) == []
-    with pytest.raises(ValueError, match="page width 0"):
-        scale_regions(on_first, (0, 792), 800)
+
+
+def test_a_box_past_the_page_edge_is_clipped_one_off_the_page_dropped_and_none_drawn_without_sizes() -> None:
+    regions = [{"page": 1, "x0": -10.0, "y0": 90.0, "x1": 50.0, "y1": 130.0},
+               {"page": 1, "x0": 120.0, "y0": 10.0, "x1": 150.0, "y1": 20.0}]
+    assert boxes_on_page(regions, 1, {1: (100.0, 100.0)}) == [
+        {"left": 0.0, "top": 90.0, "width": 50.0, "height": 10.0}]
+    assert boxes_on_page(regions, 1, page_sizes_of(None)) == []
+    assert boxes_on_page(None, 1, {1: (100.0, 100.0)}) == []
 
 
 # --- Blocks of a hand-made two-column page -----------------------------------------------------

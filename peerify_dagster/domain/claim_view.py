@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,12 +30,11 @@ from peerify_dagster.domain.predictions import (
     SOURCE_REVIEW,
     STATUS_OK,
 )
-from peerify_dagster.domain.regions import regions_on_page, scale_regions
+from peerify_dagster.domain.regions import boxes_on_page, page_sizes_of
 from peerify_dagster.domain.report import accuracy_and_f1, slice_statistics
 from peerify_dagster.domain.slices import SLICES
 
 PER_PAGE = 50
-BOX_DECIMALS = 4  # of a percentage: a ten-thousandth of the page, far below a pixel
 # Disagreement filters of the claim browser: key -> what it keeps.
 LABELLERS_DISAGREE, PREDICTION_WRONG = "labellers", "prediction"
 DISAGREEMENTS = {LABELLERS_DISAGREE: "labellers disagree", PREDICTION_WRONG: "prediction differs from gold"}
@@ -255,32 +254,6 @@ def answer_justification(parsed: str | None) -> str | None:
         return None
     value = answer.get("justification") if isinstance(answer, dict) else None
     return value.strip() if isinstance(value, str) and value.strip() else None
-
-
-def page_sizes_of(parsed_manuscript: Mapping | None) -> dict[int, tuple[float, float]]:
-    """Page number -> (width, height) in PDF points from a parsed_manuscripts row's `page_sizes`, when recorded."""
-    sizes = (parsed_manuscript or {}).get("page_sizes") or []
-    return {size["page"]: (size["width"], size["height"]) for size in sizes if size["width"] and size["height"]}
-
-
-def boxes_on_page(regions: Sequence[Mapping] | None, page: int, page_sizes: Mapping[int, tuple[float, float]]
-                  ) -> list[dict[str, float]]:
-    """The chunk's regions on `page` as percentages of the page's width and height (left, top, width, height),
-    what an absolutely positioned box over the page's image needs at any scale; clipped to the page."""
-    on_page = regions_on_page(regions or [], page)
-    if page not in page_sizes or not on_page:
-        return []
-    width, height = page_sizes[page]
-    tall = 100 * height / width  # the page's height on an image of it 100 wide
-    boxes = []
-    for left, top, right, bottom in scale_regions(on_page, (width, height), 100.0):
-        left, right = sorted((left, right))
-        top, bottom = sorted((top, bottom))
-        left, top, right, bottom = max(0.0, left), max(0.0, top), min(100.0, right), min(tall, bottom)
-        if right > left and bottom > top:
-            box = {"left": left, "top": 100 * top / tall, "width": right - left, "height": 100 * (bottom - top) / tall}
-            boxes.append({name: round(value, BOX_DECIMALS) for name, value in box.items()})
-    return boxes
 
 
 def chunk_pages(chunk: Mapping) -> list[int]:
