@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import threading
 import xml.etree.ElementTree as ET
 
 import dagster as dg
@@ -14,7 +15,7 @@ import pytest
 
 from peerify_dagster import cli
 from peerify_dagster.domain.labels import LABELS
-from peerify_dagster.resources.annotation import queue_opaque_ids
+from peerify_dagster.resources.annotation import LeaseStore, queue_opaque_ids
 from peerify_dagster.resources.decisions import DecisionLedger, new_decision
 from peerify_dagster.resources.lake import Lake
 from tests.arbitration_support import CANONICAL, build, canonical, standard_labels, write_inputs
@@ -95,6 +96,28 @@ def test_jsonl_round_trip(tmp_path, venue, capsys):
     assert labels["c5:manuscript"]["provenance"] == "pending"
     decisions = venue["ledger"].read().decisions
     assert [d.note for d in decisions] == ["the authors conceded", None]
+
+
+def test_an_import_waits_for_the_decision_lock_and_supersedes_a_decision_made_meanwhile(tmp_path, venue, capsys):
+    """A browser decision is checked and appended under the venue's lease lock; an import checked meanwhile waits for
+    that lock and then sees the decision, so its own supersedes it rather than standing beside it."""
+    c1 = by_item(venue, export(tmp_path, "jsonl"))["c1:thread"]
+    path = write_jsonl(tmp_path / "answers.jsonl", [{**c1, "label": "Not Determined"}])
+    outcome = {}
+    with LeaseStore(venue["lake_root"], VENUE).locked():  # the browser deciding c1 holds the lock
+        importer = threading.Thread(target=lambda: outcome.update(code=import_file(path)))
+        importer.start()
+        importer.join(1.5)
+        assert importer.is_alive() and venue["ledger"].read().decisions == []  # the import waits, writes nothing
+        in_browser = new_decision(venue=VENUE, claim_id="c1", source="thread", kind="arbitration", action="decide",
+                                  choice="candidate_2", label=c1["candidate_2_label"], annotator="alice",
+                                  queue_version=c1["queue_version"])
+        venue["ledger"].append([in_browser])
+    importer.join(30)
+    assert outcome == {"code": 0} and "imported 1 decision(s)" in capsys.readouterr().out
+    browser_decision, imported = venue["ledger"].read().decisions
+    assert (browser_decision.annotator, imported.annotator) == ("alice", "carol")
+    assert imported.supersedes == in_browser.decision_id  # one chain of decisions on c1, nothing recorded twice
 
 
 def test_csv_round_trip_with_labels_only(tmp_path, venue):

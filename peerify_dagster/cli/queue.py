@@ -7,7 +7,9 @@ back through the queue; files exported before opaque ids (claim_id:source in `it
 An import validates the whole file first and is accepted whole (one ledger append) or rejected whole, with one line
 per problem (`file:line: reason`, or the task for a Label Studio export) and exit code 2. An answer the annotator's
 current decision on the item already records (same queue version, choice, label and note) is not recorded again, so
-importing the same file twice changes nothing.
+importing the same file twice changes nothing. The ledger is read and appended under the venue's lease lock, as the
+browser's and the terminal's decisions are (resources/annotation.py), so an item decided in the browser while the
+file was being checked is seen: the import's decision supersedes it instead of standing beside it.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import polars as pl
 from peerify_dagster import paths
 from peerify_dagster.cli.common import guarded, say
 from peerify_dagster.domain import arbitration as arb
-from peerify_dagster.resources.annotation import queue_opaque_ids
+from peerify_dagster.resources.annotation import LeaseStore, queue_opaque_ids
 from peerify_dagster.resources.decisions import Decision, DecisionLedger, LedgerError, current_decisions, new_decision
 from peerify_dagster.resources.files import write_atomic
 from peerify_dagster.resources.lake import Lake, UnreadablePartitionError
@@ -101,21 +103,22 @@ def cmd_decisions_import(args: argparse.Namespace) -> int:
         return 2
     if not valid:
         raise QueueCommandError(f"{path}: no decisions in it (every item leaves choice and label empty)")
-    ledger, stored = _arbitration_decisions(lake, args.venue)
-    current, mine = current_decisions(stored), current_decisions(stored, per_annotator=True)
-    new = [a for a in valid if not arb.answer_recorded(a, mine.get((a.queue_row["item_id"], args.annotator)))]
-    decisions = [
-        new_decision(venue=args.venue, claim_id=a.queue_row["claim_id"], source=a.queue_row["source"],
-                     kind="arbitration", action="decide", choice=a.choice, label=a.label, annotator=args.annotator,
-                     note=a.note, queue_version=a.queue_row["queue_version"],
-                     supersedes=current[a.queue_row["item_id"]].decision_id
-                     if a.queue_row["item_id"] in current else None)
-        for a in new
-    ]
-    try:
-        ledger.append(decisions)
-    except LedgerError as exc:
-        raise QueueCommandError(str(exc)) from None
+    with LeaseStore(lake.root, args.venue).locked():  # the lock every decision is checked and appended under
+        ledger, stored = _arbitration_decisions(lake, args.venue)
+        current, mine = current_decisions(stored), current_decisions(stored, per_annotator=True)
+        new = [a for a in valid if not arb.answer_recorded(a, mine.get((a.queue_row["item_id"], args.annotator)))]
+        decisions = [
+            new_decision(venue=args.venue, claim_id=a.queue_row["claim_id"], source=a.queue_row["source"],
+                         kind="arbitration", action="decide", choice=a.choice, label=a.label,
+                         annotator=args.annotator, note=a.note, queue_version=a.queue_row["queue_version"],
+                         supersedes=current[a.queue_row["item_id"]].decision_id
+                         if a.queue_row["item_id"] in current else None)
+            for a in new
+        ]
+        try:
+            ledger.append(decisions)
+        except LedgerError as exc:
+            raise QueueCommandError(str(exc)) from None
     skipped = [f"{n} {what}" for n, what in ((len(valid) - len(new), "already recorded"),
                                             (len(answers) - len(valid), "undecided item(s)")) if n]
     print(f"imported {len(decisions)} decision(s) from {path} into {ledger.path}"

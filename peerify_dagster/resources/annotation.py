@@ -11,7 +11,8 @@ Modes:
 Leases (domain/leases.py) live in `<lake>/human_decisions/<venue slug>/leases.json`, read and replaced under an
 exclusive lock on `leases.lock` beside it, so every process sharing the lake (server workers, terminals) agrees on
 who holds what. A decision is checked (the item still open, not held by someone else) and appended under that same
-lock, so two annotators never record the same item twice even when a lease ran out in between.
+lock, so two annotators never record the same item twice even when a lease ran out in between; `peerify decisions
+import` reads and appends the ledger under it too (cli/queue.py).
 
 The item id secret (`item_id_secret` beside the venue's ledgers, made on first use, never replaced) keys the opaque
 ids (domain/arbitration.py). It stays in the lake because an answer file exported today must still resolve after a

@@ -16,7 +16,7 @@ from starlette.templating import Jinja2Templates
 
 from peerify_dagster.resources.lake import partition_slug
 from peerify_dagster.web.data import LakeData, NotInLake
-from peerify_dagster.web.security import CSRF_FIELD, CSRF_HEADER, csrf_token, current_annotator
+from peerify_dagster.web.security import CSRF_FIELD, CSRF_HEADER, csrf_token, current_annotator, visible_nav
 
 TEMPLATES_DIR = Path(__file__).parent / "templates"
 STATIC_DIR = Path(__file__).parent / "static"
@@ -30,7 +30,8 @@ class Settings:
     lake_root: Path
     token: str | None
     dagster_url: str
-    nav: tuple[tuple[str, str], ...]  # (label, path) of every route module's NAV, in ROUTE_MODULES order
+    nav: tuple[tuple[str, str], ...]  # (label, path) of every route module's NAV, in ROUTE_MODULES order (an
+    #                                     annotator's header shows only those of the annotator pages)
 
 
 def settings(request: Request) -> Settings:
@@ -68,7 +69,8 @@ def venue_url(venue: str, *parts: str) -> str:
 # -- templates -------------------------------------------------------------------------------------------------------
 def _common_context(request: Request) -> dict:
     config = settings(request)
-    return {"annotator": current_annotator(request), "csrf_token": csrf_token(request), "nav": config.nav,
+    return {"annotator": current_annotator(request), "csrf_token": csrf_token(request),
+            "nav": visible_nav(request, config.nav),
             "dagster_url": config.dagster_url.rstrip("/"), "csrf_header": CSRF_HEADER}
 
 

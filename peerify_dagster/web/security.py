@@ -1,10 +1,24 @@
 """Who may use the web app and how a request proves it: the access token a non-loopback bind needs, the signed
-session each annotator gets, the per-session CSRF token every POST carries, the Origin check, and the cap on request
-bodies. Kept apart from the routes so every route module gets the same rules without repeating them.
+session each annotator gets, which pages an annotator may open, the per-session CSRF token every POST carries, the
+Origin check, and the cap on request bodies. Kept apart from the routes so every route module gets the same rules
+without repeating them.
+
+Two roles. A session signed in with a name is an annotator's, and annotators work blind: they may open only the
+routes named in ANNOTATOR_ROUTES (sign-in, arbitration, audit, consensus, agreement); every other route (the venue
+overview with its metrics, the claim browser, the claim page, the page images and figures, verify) shows automated
+labels, labellers' answers or claim ids, or leads to them, and answers an annotator 403. A new route is the
+maintainer's until it is listed there. The maintainer is a session without a name: on a loopback server anyone who
+reaches it (who can read the lake's files anyway); on a server with an access token, a session holding the token
+itself. Annotators of a token server sign in with the annotator pass instead (`annotator_pass`, derived from the
+token and shown to the maintainer on the venues page): it opens the annotator pages only, so the address the
+maintainer hands out cannot unblind anyone, and signing out of it leaves nothing open.
 
 The gate is one ASGI middleware (`AccessGate`) inside Starlette's SessionMiddleware, so no route can forget a check:
-- with an access token, a request without it in its session is sent to the sign-in page (GET) or refused with 403
-  (anything else); `?token=` on any URL signs the session in once and redirects to the same URL without it;
+- with an access token, a request without it (or the annotator pass) in its session is sent to the sign-in page
+  (GET) or refused with 403 (anything else); `?token=` on any URL signs the session in once and redirects to the same
+  URL without it;
+- an annotator's request for a maintainer's route is refused with 403 saying why (`/`, the venues, sends them to the
+  arbitration page instead);
 - every unsafe request (POST, PUT, PATCH, DELETE) must come from the app's own origin (an Origin header naming
   another is refused) and carry the session's CSRF token, in the form field `csrf_token` or the `X-CSRF-Token`
   header (htmx sends the header: `hx-headers` on <body>);
@@ -14,6 +28,7 @@ The gate is one ASGI middleware (`AccessGate`) inside Starlette's SessionMiddlew
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
 import ipaddress
@@ -27,6 +42,7 @@ from starlette.datastructures import URL
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import RedirectResponse
+from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from peerify_dagster.resources.files import atomic_path
@@ -42,9 +58,18 @@ SECRET_FILE = "session_secret"
 DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024  # above any upload a route accepts (each route sets its own, smaller one)
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 UNSAFE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+# The routes (by name) a signed-in annotator may open; every other route is the maintainer's (see the module doc).
+ANNOTATOR_ROUTES = frozenset({
+    "signin", "signin_submit", "signout", "static",
+    "arbitration_venues", "arbitration_modes", "arbitration_next", "arbitration_undo", "arbitration_item",
+    "arbitration_decide", "arbitration_skip", "arbitration_lease", "arbitration_leave", "agreement",
+})
+ANNOTATOR_HOME = "/arbitration"  # where `/` sends an annotator
+_PASS_CONTEXT = b"peerify annotator pass"
 
 # Session keys
-_ACCESS = "access"  # a digest of the access token the session signed in with: a new token signs every session out
+_ACCESS = "access"  # a digest of the credential (token or annotator pass) the session signed in with: a new token
+#                    signs every session out
 _CSRF = "csrf"
 _ANNOTATOR = "annotator"
 
@@ -72,6 +97,13 @@ def new_token() -> str:
 
 def _digest(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
+
+
+def annotator_pass(token: str) -> str:
+    """What annotators of a server with an access token sign in with: it opens the annotator pages only (the token
+    opens every page). Derived from the token, so it is stored nowhere and changes with it; the token cannot be
+    worked out from it."""
+    return base64.urlsafe_b64encode(hmac.new(token.encode(), _PASS_CONTEXT, hashlib.sha256).digest()[:18]).decode()
 
 
 def session_secret(lake_root: Path) -> str:
@@ -108,10 +140,10 @@ def require_annotator(request: Request) -> str:
     return name
 
 
-def sign_in(request: Request, annotator: str, access_token: str | None) -> None:
-    """Start the annotator's own session: a fresh CSRF token, the name, and the access token's mark (the one given,
-    else the one the session already had)."""
-    access = _digest(access_token) if access_token is not None else request.session.get(_ACCESS)
+def sign_in(request: Request, annotator: str, credential: str | None) -> None:
+    """Start the annotator's own session: a fresh CSRF token, the name, and the mark of the credential (the access
+    token or the annotator pass given, else the one the session already had)."""
+    access = _digest(credential) if credential is not None else request.session.get(_ACCESS)
     request.session.clear()
     request.session[_ANNOTATOR] = annotator
     request.session[_CSRF] = secrets.token_urlsafe(32)
@@ -119,17 +151,65 @@ def sign_in(request: Request, annotator: str, access_token: str | None) -> None:
         request.session[_ACCESS] = access
 
 
-def sign_out(request: Request) -> None:
+def sign_out(request: Request, token: str | None) -> None:
+    """End the annotator's session. A session that holds the access token keeps it (the maintainer who signed in to
+    arbitrate is the maintainer again); one that holds the annotator pass is left with nothing."""
+    kept = _holds_token(request, token)
     request.session.clear()
+    if kept:
+        request.session[_ACCESS] = _digest(token)
 
 
 def token_matches(given: str | None, token: str) -> bool:
     return given is not None and hmac.compare_digest(given.encode(), token.encode())
 
 
+def credential_matches(given: str | None, token: str) -> bool:
+    """Whether `given` signs an annotator in on a server with this access token: the token or the annotator pass."""
+    return token_matches(given, token) or token_matches(given, annotator_pass(token))
+
+
+def _holds_token(request: Request, token: str | None) -> bool:
+    return token is not None and hmac.compare_digest(request.session.get(_ACCESS, ""), _digest(token))
+
+
 def has_access(request: Request, token: str | None) -> bool:
-    """Whether the request may see pages: always without a token; with one, when its session signed in with it."""
-    return token is None or hmac.compare_digest(request.session.get(_ACCESS, ""), _digest(token))
+    """Whether the request may see pages: always without a token; with one, when its session signed in with it or
+    with the annotator pass (which opens the annotator pages only: see `is_maintainer`)."""
+    return token is None or _holds_token(request, token) or hmac.compare_digest(
+        request.session.get(_ACCESS, ""), _digest(annotator_pass(token)))
+
+
+def is_maintainer(request: Request, token: str | None) -> bool:
+    """Whether the request sees the maintainer's pages: not signed in as an annotator, and (with a token) holding the
+    token itself."""
+    return current_annotator(request) is None and (token is None or _holds_token(request, token))
+
+
+def route_name(app: ASGIApp, scope: Scope) -> str | None:
+    """The name of the app's route that will answer `scope` (as the router picks it: a full match first, else one
+    whose path matches but not its method); None when no route matches (the router's 404)."""
+    partial = None
+    for route in app.router.routes:
+        match, _ = route.matches(scope)
+        if match is Match.FULL:
+            return route.name
+        if match is Match.PARTIAL and partial is None:
+            partial = route.name
+    return partial
+
+
+def open_to_annotators(app: ASGIApp, path: str) -> bool:
+    """Whether a GET of `path` is one of the annotator's pages."""
+    return route_name(app, {"type": "http", "path": path, "method": "GET", "root_path": ""}) in ANNOTATOR_ROUTES
+
+
+def visible_nav(request: Request, nav: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
+    """The header links the request's role may follow: all for the maintainer, the annotator pages' for others."""
+    token = request.app.state.settings.token
+    if is_maintainer(request, token):
+        return nav
+    return tuple(link for link in nav if open_to_annotators(request.app, link[1]))
 
 
 async def limited_body(request: Request, max_bytes: int) -> bytes:
@@ -148,6 +228,10 @@ def _too_large(max_bytes: int) -> str:
 
 
 # -- the gate ----------------------------------------------------------------------------------------------------------
+BLIND_MESSAGE = ("Annotators work blind: these pages show the automated labels. Sign out to open the maintainer's "
+                 "views.")
+PASS_ONLY_MESSAGE = (" The annotator pass opens the annotator pages only; the maintainer's views need the server's "
+                     "access token.")
 NO_TOKEN_MESSAGE = ("This server needs its access token: open the address `peerify serve` printed (it carries "
                     "?token=...) or sign in with the token. Request refused.")
 CSRF_MESSAGE = ("The form's security token (CSRF) is missing or does not match your session: reload the page and "
@@ -176,19 +260,29 @@ class AccessGate:
         if refusal is not None:
             await self._refuse(request, *refusal, scope, receive, send)
             return
-        if self.token is not None and not has_access(request, self.token):
-            given = request.query_params.get(TOKEN_PARAMETER)
-            if token_matches(given, self.token):
-                request.session[_ACCESS] = _digest(self.token)
-                if request.method in ("GET", "HEAD"):
-                    await _redirect(_without_token(request.url), scope, receive, send)
-                    return
-            elif request.url.path != SIGN_IN_PATH and not request.url.path.startswith(STATIC_PREFIX):
+        if self.token is not None and not _holds_token(request, self.token) \
+                and token_matches(request.query_params.get(TOKEN_PARAMETER), self.token):
+            request.session[_ACCESS] = _digest(self.token)
+            if request.method in ("GET", "HEAD"):
+                await _redirect(_without_token(request.url), scope, receive, send)
+                return
+        elif self.token is not None and not has_access(request, self.token):
+            if request.url.path != SIGN_IN_PATH and not request.url.path.startswith(STATIC_PREFIX):
                 if request.method in ("GET", "HEAD"):
                     target = URL(SIGN_IN_PATH).include_query_params(next=_local_target(request.url))
                     await _redirect(str(target), scope, receive, send)
                 else:
                     await self._refuse(request, 403, NO_TOKEN_MESSAGE, scope, receive, send)
+                return
+        if not is_maintainer(request, self.token):
+            name = route_name(scope["app"], scope)
+            if name == "venues" and request.method in ("GET", "HEAD"):
+                await _redirect(ANNOTATOR_HOME, scope, receive, send)
+                return
+            if name is not None and name not in ANNOTATOR_ROUTES:
+                message = BLIND_MESSAGE + ("" if self.token is None or _holds_token(request, self.token)
+                                           else PASS_ONLY_MESSAGE)
+                await self._refuse(request, 403, message, scope, receive, send)
                 return
         if request.method not in UNSAFE_METHODS:
             await self.app(scope, receive, send)
