@@ -8,6 +8,8 @@ built configuration.
 
 import dagster as dg
 
+from peerify_dagster.domain.predictions import INPUT_TABLES, THREAD_TABLE
+
 PREDICTIONS = dg.AssetSelection.assets("predictions")
 RELEASE = dg.AssetSelection.assets("label_release")  # not partitioned: a release is its own run
 
@@ -26,11 +28,24 @@ venue_results_job = dg.define_asset_job(
     selection=PREDICTIONS.downstream() - PREDICTIONS,
     description="The venue's results over every configuration built for it (reports).",
 )
+# `peerify verify`: an upload venue's graph up to what its predictions read (every mode's inputs), not the labellers,
+# arbitration, slices or results, which need a benchmark. PaperSourced claims (LLM-written from the manuscript, for
+# the retrieval metrics) are not drawn: an upload's claims are its review's.
+VERIFY_INPUTS = dg.AssetSelection.assets(*INPUT_TABLES, THREAD_TABLE).upstream().required_multi_asset_neighbors()
+# Passed by each of its runs as well: a run's own config replaces the job's default.
+VERIFY_RUN_CONFIG = {"ops": {"paper_claims": {"config": {"paragraphs_per_paper": 0}}}}
+verify_upload_job = dg.define_asset_job(
+    "verify_upload",
+    selection=VERIFY_INPUTS,
+    config=VERIFY_RUN_CONFIG,
+    description="One upload venue of `peerify verify` (a paper and its reviews) up to its predictions' inputs: "
+                "forums, manuscript, chunks, review claims, retrieval.",
+)
 release_job = dg.define_asset_job(
     "publish_label_release", selection=RELEASE,
     description="Write a versioned label release of venues' benchmark slices (run config: version, venues).",
 )
 
-JOBS = [build_venue_job, predictions_job, venue_results_job, release_job]
+JOBS = [build_venue_job, predictions_job, venue_results_job, verify_upload_job, release_job]
 
 REFRESH_RUN_CONFIG = {"ops": {"raw_openreview_notes": {"config": {"refetch": True}}}}

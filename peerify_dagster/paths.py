@@ -23,6 +23,17 @@ def registry_path() -> str:
     return os.environ.get("PEERIFY_VENUES") or str(REPO_ROOT / "venues.yaml")
 
 
+def uploads_root() -> str:
+    """Where `peerify verify` keeps what it was given (a folder per upload venue, the web app's jobs) and the upload
+    registry: `uploads/` in the lake. Irreplaceable: nothing in the lake can rebuild it."""
+    return str(Path(lake_root()) / "uploads")
+
+
+def upload_registry_path() -> str:
+    """The lake's registry of upload venues (domain/venues.py), merged into the repository's by `load_registry`."""
+    return str(Path(uploads_root()) / "venues.yaml")
+
+
 def configurations_path() -> str:
     """The prediction configurations: PEERIFY_CONFIGURATIONS, else `configurations.yaml` in the repository."""
     return os.environ.get("PEERIFY_CONFIGURATIONS") or str(REPO_ROOT / "configurations.yaml")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+from collections.abc import Collection
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -60,12 +61,17 @@ def orphaned_decisions_line(lake: Lake, venue: str) -> str | None:
     return f'{count} {what}: see `peerify sql "select * from {ORPHANED_TABLE}"`'
 
 
+def registered_venues() -> dict[str, Venue]:
+    """The repository's venue registry (PEERIFY_VENUES) with the lake's upload venues (`peerify verify`)."""
+    return load_registry(Path(paths.registry_path()), Path(paths.upload_registry_path()))
+
+
 def check_build_config(venue_key: str, configurations: list) -> Venue:
     """Everything a build needs, checked before any work: the venue's registry entry and files, the Dagster home,
     and the LLM models of every role of every LLM stage (domain/llm_stages.py: extractor, fact tagger, labellers,
     verifiers; profiles, role models, API keys, packages, model files)."""
     registry_path = Path(paths.registry_path())
-    registry = load_registry(registry_path)
+    registry = registered_venues()
     if venue_key not in registry:
         raise ConfigError(f"{registry_path}: venue {venue_key!r} is not registered; "
                           f"add it with `peerify venues add {venue_key}`")
@@ -73,6 +79,12 @@ def check_build_config(venue_key: str, configurations: list) -> Venue:
     missing = missing_files(venue, registry_path)
     if missing:
         raise ConfigError(missing[0])
+    check_models(venue_key, configurations)
+    return venue
+
+
+def check_models(what: str, configurations: list, roles: Collection[str] | None = None) -> None:
+    """The Dagster home, and the LLM models of every role (or of `roles`) a build of `what` calls, checked."""
     check_dagster_home()
     from peerify_dagster.resources.llm_gateway import CallLedger, LLMGateway, LLMGatewayError
 
@@ -82,15 +94,15 @@ def check_build_config(venue_key: str, configurations: list) -> Venue:
     ledger_log.disabled, gateway = True, None
     try:  # unknown profiles or models, missing API keys, packages or model files are reported before any work starts
         gateway = LLMGateway(paths.lake_root())
-        prompts = prompts_by_role({c.prompt_id for c in configurations if c.nli_model is None})
+        prompts = {role: chosen for role, chosen in prompts_by_role(
+            {c.prompt_id for c in configurations if c.nli_model is None}).items() if roles is None or role in roles}
         gateway.preflight(list(prompts), prompts=prompts)
     except LLMGatewayError as exc:
-        raise ConfigError(f"cannot build {venue_key}: {one_line(exc)}") from None
+        raise ConfigError(f"cannot build {what}: {one_line(exc)}") from None
     finally:
         ledger_log.disabled = False
         for record in gateway.quarantined if gateway else []:
             say(record.describe())
-    return venue
 
 
 def check_configurations(venue_key: str, only: list[str] | None = None) -> list:
@@ -101,7 +113,7 @@ def check_configurations(venue_key: str, only: list[str] | None = None) -> list:
     from peerify_dagster.resources.llm_gateway import LLMGatewayError
     from peerify_dagster.resources.llm_gateway.registry import ModelRegistry
 
-    registered = load_registry(Path(paths.registry_path())).get(venue_key)
+    registered = registered_venues().get(venue_key)
     try:
         configurations = load_configurations(Path(paths.configurations_path()), ModelRegistry.load().models)
         return [configurations.get(name) for name in only] if only else configurations.for_venue(
@@ -114,7 +126,7 @@ def print_estimate(venue_key: str, configurations: list) -> int:
     """`peerify build V --estimate`: the calls, tokens and cost the build would make, every LLM stage, as a range;
     no model called."""
     registry_path = Path(paths.registry_path())
-    registry = load_registry(registry_path)
+    registry = registered_venues()
     if venue_key not in registry:
         raise ConfigError(f"{registry_path}: venue {venue_key!r} is not registered")
     from peerify_dagster.estimate import estimate_build, format_estimate

@@ -29,6 +29,7 @@ import yaml
 from peerify_dagster.domain.labelling import THREAD_PROMPT
 from peerify_dagster.domain.prompts import format_passages
 from peerify_dagster.domain.retrieval import RETRIEVER_CONFIGS
+from peerify_dagster.domain.venues import UPLOAD_KEY_PREFIX
 
 MODE_RAG = "rag"  # the top-k passages of a retriever
 MODE_FULL_CONTEXT = "full_context"  # every chunk of the manuscript, when it fits the model's context window
@@ -127,14 +128,18 @@ class Configurations:
     venue_defaults: dict[str, tuple[str, ...]] = field(default_factory=dict)  # venue -> the configurations it builds
     release_defaults: tuple[str, ...] | None = None  # what a venue imported from a release builds unless listed
     other_defaults: tuple[str, ...] | None = None  # what any other venue not listed builds (the paper's grid)
+    upload_defaults: tuple[str, ...] | None = None  # what a `peerify verify` upload venue builds by default
 
     def for_venue(self, venue: str, release: bool = False) -> list[Configuration]:
         """The configurations `peerify build <venue>` runs: the venue's list, else (a venue imported from a release,
-        whose name the file cannot know in advance) `release_venues:`, else `default_venues:` (the paper's grid:
-        never another venue's small demo list), else, in a file without it, all of them."""
+        or an upload venue of `peerify verify`, whose names the file cannot know in advance) `release_venues:` or
+        `upload_venues:`, else `default_venues:` (the paper's grid: never another venue's small demo list), else, in
+        a file without it, all of them."""
         fallback = self.other_defaults or tuple(self.configurations)
         if release and self.release_defaults:
             fallback = self.release_defaults
+        if venue.startswith(UPLOAD_KEY_PREFIX) and self.upload_defaults:
+            fallback = self.upload_defaults
         names = self.venue_defaults.get(venue, fallback)
         return [self.configurations[name] for name in names]
 
@@ -162,13 +167,14 @@ def load_configurations(path: Path, models: Collection[str], roles: Collection[s
                       for name, entry in raw["configurations"].items()}
     venue_defaults = {str(venue): _names(path, f"venues.{venue}", names, configurations)
                       for venue, names in (raw.get("venues") or {}).items()}
-    release, other = (_names(path, key, raw[key], configurations) if key in raw else None
-                      for key in ("release_venues", "default_venues"))
-    return Configurations(Path(path), configurations, venue_defaults, release, other)
+    release, other, upload = (_names(path, key, raw[key], configurations) if key in raw else None
+                              for key in ("release_venues", "default_venues", "upload_venues"))
+    return Configurations(Path(path), configurations, venue_defaults, release, other, upload)
 
 
 def _names(path: Path, where: str, names: Any, configurations: Mapping[str, Configuration]) -> tuple[str, ...]:
-    """A list of configuration names of the file (`venues.<venue>`, `release_venues`, `default_venues`), checked."""
+    """A list of configuration names of the file (`venues.<venue>`, `release_venues`, `default_venues`,
+    `upload_venues`), checked."""
     if not isinstance(names, list) or not names:
         raise ConfigurationError(f"{path}: {where}: expected a list of configuration names")
     unknown = [n for n in names if n not in configurations]

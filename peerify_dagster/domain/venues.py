@@ -1,11 +1,14 @@
 """The venue registry: which OpenReview venues the project builds, and how each is read.
 
 The registry is a YAML file in the repository (`venues.yaml`); each key is a Dagster partition of
-the `venues` dynamic partitions definition.
+the `venues` dynamic partitions definition. `peerify verify` registers its ad-hoc venues (source `upload`: one
+uploaded paper and its reviews) in a second file of the same format inside the lake (`uploads/venues.yaml`, never
+the tracked one); `load_registry` merges it into the repository's, so every reader knows both.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -18,7 +21,13 @@ from peerify_dagster.domain.slices import SliceConfig, SliceConfigError
 
 SOURCE_RELEASE = "release"  # imported from a published release's JSONL files (`peerify import-release`)
 SOURCE_SNAPSHOT = "snapshot"  # replays a local snapshot folder: no network
-SOURCES = ("api", SOURCE_SNAPSHOT, SOURCE_RELEASE)
+SOURCES = ("api", SOURCE_SNAPSHOT, SOURCE_RELEASE)  # what the repository's registry may name
+# A snapshot folder `peerify verify` wrote into the lake from an upload (or one forum of a built venue); only in the
+# lake's upload registry, whose relative paths are read against its own folder.
+SOURCE_UPLOAD = "upload"
+# Upload venue keys are minted by `peerify verify` (`upload-<content hash>`); the prefix is theirs alone, so what
+# needs only the key (the configurations an upload venue builds by default) tells an upload venue by it.
+UPLOAD_KEY_PREFIX = "upload-"
 DEFAULT_API_URL = "https://api2.openreview.net"
 
 
@@ -30,11 +39,11 @@ class RegistryError(ValueError):
 class Venue:
     key: str  # partition key
     openreview_id: str
-    source: str  # "api" (live, crawled into a lake snapshot) or "snapshot" (replay a local folder)
+    source: str  # "api" (live, crawled into a lake snapshot), "snapshot" (replay a local folder), "release", "upload"
     seed: int
     sample_size: int | None = None
     api_url: str = DEFAULT_API_URL
-    snapshot: str | None = None  # folder for source=snapshot, relative to the registry file
+    snapshot: str | None = None  # folder for source=snapshot or upload, relative to the registry file
     gold_claims: str | None = None  # claim answer key (YAML) with gold evidence, relative to the registry file
     chunking: dict | None = None  # chunking options (domain.chunking.ChunkingConfig); None = the defaults
     api_version: int | None = None  # OpenReview API 1 or 2; None = detect (year before 2023 -> 1, else probe)
@@ -59,14 +68,20 @@ _STAGE_OPTIONS = (
 )
 
 
-def _venue_from_entry(key: str, entry: dict) -> Venue:
+def _venue_from_entry(key: str, entry: dict, sources: tuple[str, ...] = SOURCES) -> Venue:
     if not isinstance(entry, dict):
         raise RegistryError(f"venue {key!r}: entry must be a mapping of settings, got {entry!r}")
     source = entry.get("source", "api")
-    if source not in SOURCES:
-        raise RegistryError(f"venue {key!r}: source must be one of {SOURCES}, got {source!r}")
-    if source == "snapshot" and not entry.get("snapshot"):
-        raise RegistryError(f"venue {key!r}: source 'snapshot' needs a 'snapshot' folder")
+    if source == SOURCE_UPLOAD and source not in sources:
+        raise RegistryError(f"venue {key!r}: source '{SOURCE_UPLOAD}' venues are registered by `peerify verify` in "
+                            "the lake's upload registry, not here")
+    if source not in sources:
+        raise RegistryError(f"venue {key!r}: source must be one of {sources}, got {source!r}")
+    if key.startswith(UPLOAD_KEY_PREFIX) != (source == SOURCE_UPLOAD):
+        raise RegistryError(f"venue {key!r}: the key prefix {UPLOAD_KEY_PREFIX!r} is for source '{SOURCE_UPLOAD}' "
+                            "venues only, and theirs")
+    if source in (SOURCE_SNAPSHOT, SOURCE_UPLOAD) and not entry.get("snapshot"):
+        raise RegistryError(f"venue {key!r}: source {source!r} needs a 'snapshot' folder")
     if (source == SOURCE_RELEASE) != bool(entry.get("release")):
         raise RegistryError(f"venue {key!r}: a 'release' folder goes with source '{SOURCE_RELEASE}' and only with it")
     if "seed" not in entry or not isinstance(entry["seed"], int) or isinstance(entry["seed"], bool):
@@ -94,8 +109,22 @@ def _venue_from_entry(key: str, entry: dict) -> Venue:
     return Venue(key=key, **{**entry, "openreview_id": entry.get("openreview_id", key), "source": source})
 
 
-def load_registry(path: Path) -> dict[str, Venue]:
-    """The registry's venues by key; any problem raises RegistryError naming the file, and the line or the venue."""
+def load_registry(path: Path, uploads: Path | None = None) -> dict[str, Venue]:
+    """The registry's venues by key, and those of the lake's upload registry `uploads` when given and present (see the
+    module doc; paths.upload_registry_path). Any problem raises RegistryError naming the file, and the line or the
+    venue."""
+    venues = _read_registry(path, SOURCES)
+    if uploads is None or not uploads.exists():
+        return venues
+    uploaded = _read_registry(uploads, (SOURCE_UPLOAD,))
+    if clash := sorted(set(uploaded) & set(venues)):
+        raise RegistryError(f"{uploads}: venue {clash[0]!r} is registered in {path} too")
+    # The upload registry lives in the lake: its folders are read against it wherever the reader's registry is.
+    return venues | {key: dataclasses.replace(venue, snapshot=str(uploads.parent / venue.snapshot))
+                     for key, venue in uploaded.items()}
+
+
+def _read_registry(path: Path, sources: tuple[str, ...]) -> dict[str, Venue]:
     try:
         data = yaml.safe_load(path.read_text()) or {}
     except FileNotFoundError:
@@ -109,14 +138,16 @@ def load_registry(path: Path) -> dict[str, Venue]:
     if not isinstance(data, dict) or not isinstance(data.get("venues") or {}, dict):
         raise RegistryError(f"{path}: 'venues' must be a mapping of venue key -> settings")
     try:
-        return {str(key): _venue_from_entry(str(key), entry) for key, entry in (data.get("venues") or {}).items()}
+        return {str(key): _venue_from_entry(str(key), entry, sources)
+                for key, entry in (data.get("venues") or {}).items()}
     except RegistryError as exc:
         raise RegistryError(f"{path}: {exc}") from None
 
 
 def missing_files(venue: Venue, registry_path: Path) -> list[str]:
     """The files and folders a venue entry names (relative to the registry) that do not exist, one line each."""
-    named = {"snapshot": venue.snapshot if venue.source == "snapshot" else None, "gold_claims": venue.gold_claims,
+    named = {"snapshot": venue.snapshot if venue.source in (SOURCE_SNAPSHOT, SOURCE_UPLOAD) else None,
+             "gold_claims": venue.gold_claims,
              "llm_recording": venue.llm_recording}
     return [f"{registry_path}: venue {venue.key!r}: {name} {value!r} does not exist ({registry_path.parent / value})"
             for name, value in named.items() if value and not (registry_path.parent / value).exists()]
@@ -128,11 +159,7 @@ def add_venue(path: Path, venue: Venue, replace: bool = False) -> None:
     registry = load_registry(path) if path.exists() else {}
     if venue.key in registry and not replace:
         raise RegistryError(f"venue {venue.key!r} is already registered")
-    entry = {k: v for k, v in asdict(venue).items() if k != "key" and v is not None}
-    if entry.get("api_url") == DEFAULT_API_URL:
-        del entry["api_url"]
-    if entry.get("openreview_id") == venue.key:
-        del entry["openreview_id"]
+    entry = _entry(venue)
     _venue_from_entry(venue.key, entry)  # validate before touching the file
     block = yaml.safe_dump({venue.key: entry}, sort_keys=False, default_flow_style=False)
     indented = "".join(f"  {line}\n" for line in block.splitlines())
@@ -142,6 +169,27 @@ def add_venue(path: Path, venue: Venue, replace: bool = False) -> None:
     if not text.endswith("\n"):
         text += "\n"
     path.write_text(text + indented)
+
+
+def _entry(venue: Venue) -> dict:
+    """A venue's registry entry: its settings that differ from the defaults."""
+    entry = {k: v for k, v in asdict(venue).items() if k != "key" and v is not None}
+    if entry.get("api_url") == DEFAULT_API_URL:
+        del entry["api_url"]
+    if entry.get("openreview_id") == venue.key:
+        del entry["openreview_id"]
+    return entry
+
+
+def upload_registry_text(uploads: Path, venue: Venue) -> str:
+    """The upload registry's text with `venue` (source upload, its snapshot relative to the file) added or replaced;
+    machine-written, so it is rewritten whole (the caller writes it atomically, under a lock)."""
+    entry = _entry(venue)
+    _venue_from_entry(venue.key, entry, (SOURCE_UPLOAD,))
+    registered = yaml.safe_load(uploads.read_text()) if uploads.exists() else None
+    venues = dict((registered or {}).get("venues") or {})
+    venues[venue.key] = entry
+    return yaml.safe_dump({"venues": venues}, sort_keys=False, default_flow_style=False)
 
 
 def _without_entry(text: str, key: str) -> str:

@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 
 from peerify_dagster.domain.columns import column_description
 from peerify_dagster.domain.retrieval import RETRIEVER_CONFIGS
-from peerify_dagster.domain.venues import Venue, load_registry
+from peerify_dagster.domain.venues import SOURCE_SNAPSHOT, SOURCE_UPLOAD, Venue, load_registry
 from peerify_dagster import paths
 from peerify_dagster.resources.lake import SNAPSHOTS_DIR, Lake, StreamedTable, UnreadablePartitionError
 from peerify_dagster.resources.openreview import HttpPolicy, make_client, unreachable_reason
@@ -71,25 +71,31 @@ def unreadable_input(table: str, partition: str | None, exc: UnreadablePartition
 
 
 class VenueRegistryResource(dg.ConfigurableResource):
-    """The venue registry file: `path`, else PEERIFY_VENUES (read when the registry is opened), else venues.yaml."""
+    """The venue registry file: `path`, else PEERIFY_VENUES (read when the registry is opened), else venues.yaml;
+    with the lake's upload registry (`peerify verify`'s venues, paths.upload_registry_path) merged in."""
 
     path: str | None = None
 
     def registry_file(self) -> Path:
         return Path(self.path or paths.registry_path())
 
+    def venues(self) -> dict[str, Venue]:
+        return load_registry(self.registry_file(), Path(paths.upload_registry_path()))
+
     def venue(self, key: str) -> Venue:
-        registry = load_registry(self.registry_file())
+        registry = self.venues()
         if key not in registry:
             raise dg.Failure(f"venue {key!r} is not in the registry {self.registry_file()}; "
                              "add it with `peerify venues add`")
         return registry[key]
 
     def venue_keys(self) -> list[str]:
+        """The venues of the registry file, which a refresh re-crawls; the lake's upload venues have nothing to
+        re-crawl."""
         return list(load_registry(self.registry_file()))
 
     def snapshot_dir(self, venue: Venue, lake: Lake) -> Path:
-        if venue.source == "snapshot":
+        if venue.source in (SOURCE_SNAPSHOT, SOURCE_UPLOAD):  # an upload's folder is absolute (in the lake)
             return (self.registry_file().parent / venue.snapshot).resolve()
         return lake.root / SNAPSHOTS_DIR / venue.slug
 

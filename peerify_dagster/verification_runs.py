@@ -1,0 +1,363 @@
+"""Verifying one review against its manuscript (`peerify verify`, and the web app's verify page): the upload (a PDF and
+its review(s), or one forum of a built venue) is registered as an ad-hoc venue of source `upload` and built through
+the code location's own graph, the `verify_upload` job (forums, manuscript, chunks, review claims, retrieval) in one
+run per phase, then one `venue_predictions` run per configuration, every model call through the gateway and its
+ledger; then the claims with their verdicts and evidence are read back from the lake and written as one HTML page.
+
+The labellers, arbitration, slices and metrics are not built: they need a benchmark, not one paper. The same input is
+the same venue (a content-addressed key), so a second run finds every call in the ledger.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path, PurePath
+
+from peerify_dagster import paths
+from peerify_dagster.cli.common import ConfigError
+from peerify_dagster.domain import uploads
+from peerify_dagster.domain.llm_stages import EXTRACTION, PREDICTIONS, STAGES_BY_NAME, TAGGING
+from peerify_dagster.domain.predictions import prediction_key
+from peerify_dagster.domain.venues import (
+    SOURCE_RELEASE,
+    SOURCE_UPLOAD,
+    RegistryError,
+    Venue,
+    upload_registry_text,
+)
+
+# The phases of a verification, and the progress percent at which each starts (the predictions share their span).
+REGISTERING, PARSING, EXTRACTING, RETRIEVAL, PREDICTING, WRITING = (
+    "registering", "parsing the manuscript", "extracting claims", "retrieval", "predicting", "writing the result")
+PHASES = (REGISTERING, PARSING, EXTRACTING, RETRIEVAL, PREDICTING, WRITING)  # predicting: one per configuration
+PHASE_START = {REGISTERING: 0.0, PARSING: 5.0, EXTRACTING: 30.0, RETRIEVAL: 55.0, PREDICTING: 65.0, WRITING: 95.0}
+# The roles an upload's build calls: its review's claims are extracted and typed, then verified.
+VERIFY_ROLES = tuple(role for stage in (EXTRACTION, TAGGING, PREDICTIONS) for role in STAGES_BY_NAME[stage].roles)
+MAX_PDF_MB_ENV = "PEERIFY_MAX_PDF_MB"
+RESULT_TEMPLATE = "verify/result_page.html"
+TEMPLATES_DIR = Path(__file__).parent / "web" / "templates"
+
+Progress = Callable[[str, str, float], None]  # (phase, message, percent)
+
+
+def max_pdf_bytes() -> int:
+    """The upload limit of a PDF: PEERIFY_MAX_PDF_MB, else 50 MB."""
+    raw = os.environ.get(MAX_PDF_MB_ENV)
+    try:
+        megabytes = float(raw) if raw else uploads.DEFAULT_MAX_PDF_MB
+    except ValueError:
+        raise ConfigError(f"{MAX_PDF_MB_ENV}={raw!r}: a number of megabytes") from None
+    return int(megabytes * 2**20)
+
+
+@dataclass(frozen=True)
+class VerificationRequest:
+    """What to verify: `upload` (a paper and its reviews), or `venue` + `forum` (one forum of a built venue); the
+    configurations to predict with (none: configurations.yaml `upload_venues:`) and the LLM budget of the build."""
+
+    upload: uploads.Upload | None = None
+    venue: str | None = None
+    forum: str | None = None
+    configurations: tuple[str, ...] = ()
+    max_cost_usd: float | None = None
+    max_tokens: int | None = None
+
+    def describe(self) -> str:
+        if self.upload is not None:
+            reviews, responses = len(self.upload.reviews), len(self.upload.responses)
+            return (f"{PurePath(self.upload.pdf_name).name} with {reviews} review{'s' * (reviews != 1)}"
+                    + (f" and {responses} author response{'s' * (responses != 1)}" if responses else ""))
+        return f"forum {self.forum} of venue {self.venue}"
+
+
+@dataclass
+class VerificationResult:
+    venue: str
+    usage: str  # the build's LLM calls: made live, answered from the ledger, spent
+    seconds: float
+    failure: str | None = None  # why the build stopped before the result (a failed step, a spent budget)
+    summary: uploads.ResultSummary | None = None
+    html_path: Path | None = None  # the one-page result (result.json, its data, beside it)
+
+    @property
+    def succeeded(self) -> bool:
+        return self.failure is None
+
+
+class NoStopSignals:
+    """For a caller that handles no signal itself (signal handlers belong to a main thread): nothing stops the build
+    between its runs."""
+
+    def received(self) -> int | None:
+        return None
+
+
+@dataclass(frozen=True)
+class PreparedUpload:
+    """An upload checked and laid out, not written yet: the venue entry, its snapshot files and where it came from."""
+
+    venue: Venue
+    files: dict[str, bytes]
+    origin: str
+    recording: Path | None = None  # the source venue's LLM recording (a forum upload), installed with it
+
+
+def upload_folder(key: str) -> Path:
+    """`<lake>/uploads/<key>/`: the upload's snapshot, its description and its result."""
+    return Path(paths.uploads_root()) / key
+
+
+def prepare(request: VerificationRequest) -> PreparedUpload:
+    """The upload venue of a request, checked (UploadError naming the file or forum and the reason); nothing
+    written. An upload's notes are dated now: its snapshot is written once, when first registered."""
+    if request.upload is not None:
+        if not request.upload.reviews:
+            raise uploads.UploadError("no review given: verify needs at least one")
+        key = request.upload.key()
+        files = uploads.upload_snapshot(key, request.upload, int(time.time() * 1000),
+                                        known_paper_id(request.upload.pdf))
+        return PreparedUpload(_upload_venue(key, f"{uploads.UPLOAD_VENUE_ROOT}/{key}"), files, request.describe())
+    if not request.venue or not request.forum:
+        raise uploads.UploadError("give a PDF and a review, or a venue and one of its forums")
+    return _forum_upload(request.venue, uploads.check_forum_id(request.forum), request.describe())
+
+
+def known_paper_id(pdf: bytes) -> str | None:
+    """The paper id the lake's manuscripts know these PDF bytes by (manuscript_pdfs of any venue, first by file name),
+    or None: an uploaded copy of a built venue's paper keeps its id."""
+    import pyarrow.parquet as pq
+
+    sha256 = hashlib.sha256(pdf).hexdigest()
+    for path in sorted((Path(paths.lake_root()) / "manuscript_pdfs").glob("*.parquet")):
+        try:
+            table = pq.read_table(path, columns=["paper_id", "sha256"], filters=[("sha256", "=", sha256)])
+        except (OSError, ValueError):  # an unreadable partition is the catalog's to report; it knows no id here
+            continue
+        for paper_id in table["paper_id"].to_pylist():
+            if paper_id and uploads.NOTE_ID.match(paper_id):
+                return paper_id
+    return None
+
+
+def _upload_venue(key: str, openreview_id: str, source: Venue | None = None) -> Venue:
+    # A forum upload keeps the options that decide what its verifier is shown (chunks, thread evidence), so its
+    # chunk ids and prompts are the venue's own.
+    return Venue(key=key, openreview_id=openreview_id, source=SOURCE_UPLOAD, seed=0, snapshot=f"{key}/snapshot",
+                 chunking=source.chunking if source else None, labelling=source.labelling if source else None,
+                 api_version=source.api_version if source else None)
+
+
+def _forum_upload(venue_key: str, forum_id: str, origin: str) -> PreparedUpload:
+    from peerify_dagster.cli.build import registered_venues
+    from peerify_dagster.resources.dagster_resources import VenueRegistryResource
+    from peerify_dagster.resources.lake import Lake
+    from peerify_dagster.resources.openreview import MalformedSnapshotFile, SnapshotReader
+
+    registry = registered_venues()
+    if venue_key not in registry:
+        raise uploads.UploadError(f"venue {venue_key!r}: not registered (known: {', '.join(sorted(registry))})")
+    venue = registry[venue_key]
+    if venue.source == SOURCE_RELEASE:
+        raise uploads.UploadError(f"venue {venue_key!r}: imported from a release, it has no forums or PDFs to verify")
+    registry_file = Path(paths.registry_path())
+    reader = SnapshotReader(VenueRegistryResource(path=str(registry_file)).snapshot_dir(venue, Lake(paths.lake_root())))
+    if not reader.has_forum(forum_id):
+        raise uploads.UploadError(f"forum {forum_id!r}: unknown in venue {venue_key!r} (no forums/{forum_id}.json in "
+                                  f"its snapshot {reader.folder}; build or crawl the venue first)")
+    forum_file = reader.forum_path(forum_id).read_bytes()
+    try:
+        forum = json.loads(forum_file)
+        submissions = reader.submissions()
+    except (ValueError, OSError, MalformedSnapshotFile) as error:
+        raise uploads.UploadError(f"forum {forum_id!r} of venue {venue_key!r}: unreadable snapshot ({error})") from None
+    submission = next((note for note in submissions if isinstance(note, dict) and note.get("id") == forum_id), None)
+    pdf, pdf_meta = reader.pdf_bytes(forum_id), reader.pdf_meta(forum_id)
+    if submission is None or not isinstance(forum, dict) or not isinstance(forum.get("notes"), list):
+        raise uploads.UploadError(f"forum {forum_id!r} of venue {venue_key!r}: not a submission of the venue")
+    if pdf is None or pdf_meta is None:
+        raise uploads.UploadError(f"forum {forum_id!r} of venue {venue_key!r}: no PDF in its snapshot to verify "
+                                  "against")
+    uploads.check_pdf(f"forum {forum_id!r}'s PDF", pdf, len(pdf))
+    key = uploads.forum_key(venue_key, forum_id, forum_file, pdf)
+    venue_json = {**reader.venue(), "venue_id": venue.openreview_id}
+    files = uploads.forum_snapshot(venue_json, submission, forum, pdf, pdf_meta)
+    recording = registry_file.parent / venue.llm_recording if venue.llm_recording else None
+    return PreparedUpload(_upload_venue(key, venue.openreview_id, venue), files, origin, recording)
+
+
+def register(prepared: PreparedUpload) -> Venue:
+    """Install the source venue's LLM recording, if any; write the upload's snapshot folder (once: the key is its
+    content) and register its venue in the lake's upload registry, under the registry's lock."""
+    from peerify_dagster.resources import runs
+    from peerify_dagster.resources.files import atomic_folder, atomic_path, write_json_atomic
+    from peerify_dagster.resources.llm_recording import RecordingError, install_recording
+
+    if prepared.recording is not None:  # first: a recording that cannot be installed leaves nothing registered
+        try:
+            install_recording(Path(paths.lake_root()), prepared.recording)
+        except RecordingError as error:
+            raise ConfigError(str(error)) from None
+    folder = upload_folder(prepared.venue.key)
+    registry = Path(paths.upload_registry_path())
+    with runs.exclusive_lock(registry.with_name(".venues.lock"), f"peerify verify (pid {os.getpid()})",
+                             on_wait=lambda _: None):
+        snapshot = folder / "snapshot"
+        if not snapshot.exists():
+            with atomic_folder(snapshot) as temporary:
+                for relative, data in prepared.files.items():
+                    (temporary / relative).parent.mkdir(parents=True, exist_ok=True)
+                    (temporary / relative).write_bytes(data)
+        if not (folder / "upload.json").exists():
+            write_json_atomic(folder / "upload.json", {"venue": prepared.venue.key, "origin": prepared.origin,
+                                                       "registered_at": datetime.now(timezone.utc).isoformat()})
+        try:
+            text = upload_registry_text(registry, prepared.venue)
+        except RegistryError as error:
+            raise ConfigError(str(error)) from None
+        with atomic_path(registry) as temporary:
+            temporary.write_text(text)
+    return prepared.venue
+
+
+def phase_selections() -> list[tuple[str, list]]:
+    """The `verify_upload` job's assets split into its phases (each with the siblings its multi-assets need), in
+    order: forums and manuscript, then claims, then retrieval."""
+    import dagster as dg
+
+    from peerify_dagster.definitions import defs
+    from peerify_dagster.jobs import VERIFY_INPUTS
+
+    graph = defs.resolve_asset_graph()
+    remaining = VERIFY_INPUTS.resolve(graph)
+    phases = []
+    for phase, last in ((PARSING, ("chunk_embeddings", "reviews", "review_threads")),
+                        (EXTRACTING, ("claim_types", "claim_threads", "paper_claims")), (RETRIEVAL, None)):
+        chosen = remaining if last is None else \
+            dg.AssetSelection.assets(*last).upstream().required_multi_asset_neighbors().resolve(graph) & remaining
+        phases.append((phase, sorted(chosen)))
+        remaining = remaining - chosen
+    return phases
+
+
+def _failure(result) -> str:  # noqa: ANN001 - an ExecuteInProcessResult
+    """The first failed step of a run and its error, in one line."""
+    for event in result.all_events:
+        if event.is_step_failure:
+            error = event.step_failure_data.error
+            return f"step {event.step_key} failed: {error.message.strip() if error else 'no error recorded'}"
+    return f"run {result.run_id} did not succeed"
+
+
+def run_verification(request: VerificationRequest, progress: Progress | None = None, stop=None,  # noqa: ANN001
+                     holder: str | None = None) -> VerificationResult:
+    """Register the request's upload venue, build it up to the predictions of its configurations, and write the
+    result (`<lake>/uploads/<key>/result.html`, `result.json`). `progress(phase, message, percent)` hears each phase;
+    `stop` (cli.build_session.StopSignals, in a main thread) lets a signal end the build after the run in progress.
+    Raises UploadError or ConfigError, with nothing registered, for a request it refuses."""
+    from peerify_dagster.cli.build import check_configurations, check_models
+    from peerify_dagster.cli.build_session import BudgetSpent, BuildSession
+    from peerify_dagster.cli.common import say
+    from peerify_dagster.cli.home import open_home
+
+    report = progress or (lambda phase, message, percent: None)
+    started = time.monotonic()
+    prepared = prepare(request)
+    key = prepared.venue.key
+    configurations = check_configurations(key, list(request.configurations) or None)
+    check_models(key, configurations, VERIFY_ROLES)
+    report(REGISTERING, f"registering {request.describe()} as venue {key}", PHASE_START[REGISTERING])
+    register(prepared)
+
+    from dagster import AssetKey
+
+    from peerify_dagster.jobs import VERIFY_RUN_CONFIG, predictions_job, verify_upload_job
+    from peerify_dagster.partitions import add_venue_partitions
+    from peerify_dagster.resources import runs
+    from peerify_dagster.resources.lake import Lake
+
+    lake = Lake(paths.lake_root())
+    me = holder or f"peerify verify of {key} (pid {os.getpid()})"
+    instance = open_home(me, capture_step_output=False)
+    session = BuildSession(instance, lake.root, stop or NoStopSignals(), request.max_cost_usd, request.max_tokens)
+    failure = None
+    # One upload verified twice at once writes the same partitions: the second waits, then finds all in the ledger.
+    with runs.exclusive_lock(runs.build_lock_path(lake.root, key), me,
+                             on_wait=lambda other: report(REGISTERING, f"waiting for {other} to finish", 2.0)):
+        add_venue_partitions(instance, key, [c.name for c in configurations])
+        try:
+            for phase, selection in phase_selections():
+                report(phase, f"{phase}: {len(selection)} assets of {key}", PHASE_START[phase])
+                # A run's config replaces the job's default, and names only the ops the run selects.
+                config = VERIFY_RUN_CONFIG if AssetKey("paper_claims") in selection else None
+                if not (result := session.run(verify_upload_job.name, key, config, selection)).success:
+                    failure = _failure(result)
+                    break
+            span = (PHASE_START[WRITING] - PHASE_START[PREDICTING]) / max(1, len(configurations))
+            for index, configuration in enumerate(configurations if failure is None else []):
+                report(f"{PREDICTING} {configuration.name}", f"verifying the claims under {configuration.name}",
+                       PHASE_START[PREDICTING] + index * span)
+                if not (result := session.run(predictions_job.name, prediction_key(key, configuration.name))).success:
+                    failure = _failure(result)
+                    break
+        except BudgetSpent as spent:
+            failure = str(spent)
+    for line in lake.refresh_catalog().problems():
+        say(line)
+    outcome = VerificationResult(key, session.usage_line(), time.monotonic() - started, failure)
+    if failure is not None:
+        return outcome
+    report(WRITING, "reading the verdicts back and writing the result page", PHASE_START[WRITING])
+    outcome.summary = read_summary(lake, key, prepared.origin, [c.name for c in configurations])
+    outcome.html_path = write_result(outcome.summary, upload_folder(key))
+    outcome.seconds = time.monotonic() - started
+    report(WRITING, f"done: {len(outcome.summary.claims)} claims verified", 100.0)
+    return outcome
+
+
+def read_summary(lake, venue: str, origin: str, configurations: Sequence[str]) -> uploads.ResultSummary:  # noqa: ANN001
+    """The upload venue's claims with their verdicts and evidence, read from its tables and, for each verifier's
+    reason, from the ledger."""
+    from peerify_dagster.resources.llm_gateway import CallLedger
+
+    def table(name: str, partition: str = venue) -> list[dict]:
+        return lake.read_table(name, partition).to_dicts() if lake.table_path(name, partition).exists() else []
+
+    predictions = [row for name in configurations for row in table("predictions", prediction_key(venue, name))]
+    ledger = CallLedger(lake.root)
+    reasons = {row["call_id"]: uploads.justification((ledger.lookup(row["call_id"]) or {}).get("parsed"))
+               for row in predictions if row["call_id"]}
+    claims = uploads.claim_results(table("review_claims"), table("claim_types"), predictions, table("chunks"),
+                                   table("retrieval_runs"), reasons, configurations)
+    submission = next(iter(table("submissions")), {})
+    manuscript = next(iter(table("manuscript_pdfs")), {})
+    unused = [uploads.UnusedSource(row["review_id"], row["source"], row["rule"], row["detail"])
+              for row in table("claims_dropped") if row["level"] == "source"]
+    problems = [row["message"] for row in table("parse_errors")] + \
+               [row["message"] for row in table("manuscript_pdfs") if row["status"] != "ok"]
+    return uploads.ResultSummary(venue=venue, title=submission.get("title") or venue, origin=origin,
+                                 pages=manuscript.get("pages"), configurations=tuple(configurations),
+                                 claims=tuple(claims), unused=tuple(unused), problems=tuple(problems))
+
+
+def render_result(summary: uploads.ResultSummary) -> str:
+    """The one-page HTML result (self-contained: styles inline, no script, nothing fetched)."""
+    from jinja2 import Environment, FileSystemLoader, select_autoescape
+
+    environment = Environment(loader=FileSystemLoader(TEMPLATES_DIR), autoescape=select_autoescape(["html"]))
+    return environment.get_template(RESULT_TEMPLATE).render(summary=summary, counts=summary.verdict_counts())
+
+
+def write_result(summary: uploads.ResultSummary, folder: Path) -> Path:
+    """`result.html` and its data, `result.json`, in the upload's folder, each written whole or not at all; the
+    page's path."""
+    from peerify_dagster.resources.files import write_atomic, write_json_atomic
+
+    write_json_atomic(folder / "result.json", summary.as_dict())
+    write_atomic(folder / "result.html", render_result(summary).encode())
+    return folder / "result.html"
