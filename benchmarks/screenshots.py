@@ -1,11 +1,14 @@
 """Screenshots of the web app's main pages over a built lake, taken in the real browser (Debian's chromium driven
-by Playwright), for the README: the maintainer's views (a venue's overview, the claim browser and a claim page with
-its evidence outlined on the manuscript page) and an annotator's (an arbitration item and the agreement page, signed
-in as an annotator, who works blind). Every screenshot in the README comes from here. Also prints how long the claim
-page takes to render, warm.
+by Playwright), for the README: the maintainer's views (a venue's overview, the claim browser, a claim page with its
+evidence outlined on the manuscript page, and the verify page: its form filled in, the finished job and its one-page
+result) and an annotator's (an arbitration item and the agreement page, signed in as an annotator, who works blind).
+Every screenshot in the README comes from here; it takes screenshots only (page render times: bench_web.py).
 
-The arbitration item is leased to the annotator while it is on screen and left at once (`q`, the lease released), so
-nothing is decided; the lake keeps the venue's item id secret, made on first use as by any arbitration.
+The verification is the claim page's review against its paper's PDF, submitted through the form and run by the
+server's worker as any verify job is: the venue was built from them, so every call is answered from the ledger
+(the job's usage line, printed, says `0 made live`); it adds an upload venue to the lake. The arbitration item is
+leased to the annotator while it is on screen and left at once (`q`, the lease released), so nothing is decided; the
+lake keeps the venue's item id secret, made on first use as by any arbitration.
 
     make demo && .venv/bin/python benchmarks/screenshots.py            # the repository's lake -> docs/screenshots/
     .venv/bin/python benchmarks/screenshots.py --lake PATH --venue sample --out docs/screenshots
@@ -15,15 +18,14 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import statistics
 import sys
-import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+import polars as pl  # noqa: E402
 from playwright.sync_api import sync_playwright  # noqa: E402
 
 from peerify_dagster import paths  # noqa: E402
@@ -35,6 +37,8 @@ from tests.web_support import CHROMIUM_MISSING, live_server, sign_in_page  # noq
 
 VIEWPORT = {"width": 1400, "height": 1000}
 ANNOTATOR = "Ann"
+VERIFY_TIMEOUT_MS = 900_000  # a verification on 2 busy cores, its calls answered from the ledger
+FINISHED = '[data-testid="job-status"][data-status="done"], [data-testid="job-status"][data-status="failed"]'
 
 
 def showcase_claim(data: LakeData, venue: str) -> str:
@@ -53,16 +57,52 @@ def showcase_claim(data: LakeData, venue: str) -> str:
     return first or index.claims["claim_id"][0]
 
 
-def shoot(page, url: str, path: Path, whole: bool = False) -> None:  # noqa: ANN001 - a Playwright Page
-    """Open `url`, following where it leads, and save what the browser shows (`whole`: in a window as tall as the
-    page, so that a bar kept at the window's bottom sits below the content instead of over it)."""
-    page.goto(url)
-    page.wait_for_load_state("networkidle")
+def verification_input(data: LakeData, venue: str, claim_id: str) -> tuple[str, bytes, str]:
+    """(file name, bytes) of the PDF of the claim's paper and the text of the review the claim comes from."""
+    claim = data.table("review_claims", venue).filter(pl.col("claim_id") == claim_id).row(0, named=True)
+    pdf = data.table("manuscript_pdfs", venue).filter(
+        (pl.col("paper_id") == claim["paper_id"]) & pl.col("sha256").is_not_null()).row(0, named=True)
+    review = data.table("reviews", venue).filter(pl.col("review_id") == claim["review_id"])["review_text"][0]
+    return f"{claim['paper_id']}.pdf", data.pdf_path(pdf["sha256"]).read_bytes(), review
+
+
+def save(page, path: Path, whole: bool = False) -> None:  # noqa: ANN001 - a Playwright Page
+    """Save what the browser shows (`whole`: in a window as tall as the page, so that a bar kept at the window's
+    bottom sits below the content instead of over it)."""
     if whole:
         page.set_viewport_size({**VIEWPORT, "height": page.evaluate("document.documentElement.scrollHeight")})
     page.screenshot(path=str(path))
     page.set_viewport_size(VIEWPORT)
     print(f"{path}: {urlsplit(page.url).path}")
+
+
+def shoot(page, url: str, path: Path, whole: bool = False) -> None:  # noqa: ANN001 - a Playwright Page
+    """Open `url`, following where it leads, and save what the browser shows."""
+    page.goto(url)
+    page.wait_for_load_state("networkidle")
+    save(page, path, whole)
+
+
+def verify(page, base_url: str, pdf_name: str, pdf: bytes, review: str, out: Path) -> bool:  # noqa: ANN001 - a Page
+    """The verify form filled in, the job it queues once finished, and its one-page result; False when the job
+    failed (its error printed)."""
+    page.goto(base_url + "/verify")
+    page.set_input_files('input[name="pdf"]', files=[{"name": pdf_name, "mimeType": "application/pdf", "buffer": pdf}])
+    review_field = page.locator('textarea[name="review_text"]')
+    review_field.fill(review)
+    review_field.evaluate("field => { field.scrollTop = 0; field.blur(); }")  # the review from its first line
+    save(page, out / "verify_form.png")
+    with page.expect_navigation():
+        page.click('form[data-testid="verify-form"] button[type="submit"]')
+    status = page.wait_for_selector(FINISHED, timeout=VERIFY_TIMEOUT_MS)
+    if status.get_attribute("data-status") != "done":
+        print(f"the verify job failed: {page.locator('[data-testid=job-error]').inner_text()}", file=sys.stderr)
+        return False
+    print(f"verify job {urlsplit(page.url).path}: {page.locator('[data-testid=job-status] .hint').inner_text()}")
+    save(page, out / "verify.png")
+    shoot(page, base_url + page.locator('[data-testid="result-link"]').get_attribute("href"),
+          out / "verify_result.png")
+    return True
 
 
 def main() -> int:
@@ -80,6 +120,7 @@ def main() -> int:
         print(f"venue {args.venue!r} is not built in {args.lake}: run `make demo` first", file=sys.stderr)
         return 2
     claim_id = showcase_claim(data, args.venue)
+    pdf_name, pdf, review = verification_input(data, args.venue, claim_id)
     pages = {
         "venue_overview.png": venue_url(args.venue),
         "claim_browser.png": venue_url(args.venue, "claims") + "?disagreement=prediction",
@@ -96,6 +137,8 @@ def main() -> int:
         page = browser.new_page(viewport=VIEWPORT)
         for name, path in pages.items():
             shoot(page, server.url + path, out / name)
+        if not verify(page, server.url, pdf_name, pdf, review, out):
+            return 1
         annotator = browser.new_page(viewport=VIEWPORT)  # a browser context of its own: the annotator's session
         sign_in_page(annotator, server, ANNOTATOR)
         for name, path in annotator_pages.items():
@@ -103,16 +146,6 @@ def main() -> int:
             if annotator.locator("[data-key=q]").count():  # an item on screen: leave it, giving its lease up
                 with annotator.expect_navigation():
                     annotator.keyboard.press("q")
-        client = server.client()
-        claim_path = pages["claim_page.png"]
-        client.get(claim_path)  # warm: the tables are read once, then cached per file version
-        times = []
-        for _ in range(20):
-            started = time.perf_counter()
-            assert client.get(claim_path).status_code == 200
-            times.append(time.perf_counter() - started)
-        print(f"claim page {claim_path}: median {1000 * statistics.median(times):.0f} ms, "
-              f"max {1000 * max(times):.0f} ms over {len(times)} warm requests")
         browser.close()
     return 0
 

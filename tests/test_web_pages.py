@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import hashlib
 import html
+import json
 import os
 import socket
 import subprocess
 import sys
 import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import polars as pl
@@ -28,17 +30,28 @@ from peerify_dagster.domain.regions import page_sizes_of
 from peerify_dagster.domain.slices import SLICES
 from peerify_dagster.paths import REPO_ROOT
 from peerify_dagster.resources.lake import Lake
+from peerify_dagster.resources.llm_gateway.ledger import LEDGER_SCHEMA, CallLedger
+from peerify_dagster.web.data import LakeData
 from peerify_dagster.web.security import (
     CSRF_MESSAGE,
     NO_TOKEN_MESSAGE,
     SECRET_FILE,
     WEB_DIR,
+    annotator_pass,
     is_loopback,
     limited_body,
     safe_next,
     session_secret,
 )
-from tests.web_support import SAMPLE_CONFIGURATIONS, csrf_from, live_server, serve_app, sign_in_client, sign_in_page
+from tests.web_support import (
+    SAMPLE_CONFIGURATIONS,
+    Client,
+    csrf_from,
+    live_server,
+    serve_app,
+    sign_in_client,
+    sign_in_page,
+)
 
 TOKEN = "t" * 24
 
@@ -156,6 +169,14 @@ def _assert_box_on_passage(page, lake: Lake, showcase: dict, chunk_id: str) -> N
         assert box["width"] == pytest.approx((region["x1"] - region["x0"]) * scale, abs=2)
 
 
+def _ledger_answer(lake: Lake, call_id: str) -> str:
+    """The parsed answer of a successful call, read straight from the ledger's segments."""
+    calls = pl.read_parquet(lake.root / "llm_calls" / "*.parquet", columns=["call_id", "parsed", "error"])
+    answers = calls.filter((pl.col("call_id") == call_id) & pl.col("error").is_null())["parsed"]
+    assert answers.len() >= 1, f"the ledger has no successful call {call_id}"
+    return answers[-1]
+
+
 def test_the_claim_page_shows_the_claim_its_evidence_and_the_passage_on_its_page(web_server, browser_page, lake,
                                                                                    showcase):
     page = browser_page
@@ -178,6 +199,13 @@ def test_the_claim_page_shows_the_claim_its_evidence_and_the_passage_on_its_page
     # every configuration's verdict, and the passages it retrieved with their scores
     verdict = page.locator("[data-testid=verdict][data-configuration=hybrid-top3]")
     assert verdict.count() == 1
+    # the verifier's justification, from the LLM ledger of this lake, a copy (the catalog's views name the folder the
+    # lake was built in, so a copied or moved lake must be read without them)
+    prediction = lake.read_table("predictions", "hybrid-top3|sample").filter(pl.col("claim_id") == claim["claim_id"])
+    justification = json.loads(_ledger_answer(lake, prediction["call_id"][0]))["justification"]
+    assert " ".join(verdict.locator("[data-testid=justification]").inner_text().split()) == \
+        " ".join(justification.split())
+    assert page.locator("[data-testid=note]").count() == 0
     runs = lake.read_table("retrieval_runs", "sample").filter(
         (pl.col("claim_id") == claim["claim_id"]) & (pl.col("retriever") == "hybrid"))
     scores = dict(runs.select("chunk_id", "score").iter_rows())
@@ -204,6 +232,32 @@ def test_every_claim_of_the_sample_has_a_page(web_server, lake):
     unknown = client.get("/venues/sample/claims/no-such-claim")
     assert unknown.status_code == 404 and "has no claim &#39;no-such-claim&#39;" in unknown.text
     assert "no built data" in client.get("/venues/no-such-venue").text
+
+
+# -- the LLM call ledger, read without the catalog ------------------------------------------------------------------
+def _call(call_id: str, parsed: str | None, at: datetime, error: str | None = None) -> dict:
+    return {**dict.fromkeys(LEDGER_SCHEMA.names), "call_id": call_id, "parsed": parsed, "error": error,
+            "parse_ok": error is None, "created_at": at}
+
+
+def test_ledger_answers_are_each_calls_latest_success_read_without_changing_the_ledger(tmp_path):
+    start = datetime(2025, 1, 1, tzinfo=UTC)
+    ledger = CallLedger(tmp_path, compact_every=1000)
+    ledger.append(_call("a", '{"justification": "old"}', start))
+    ledger.append(_call("a", None, start + timedelta(hours=2), error="timeout"))  # a failure never hides a success
+    ledger.append(_call("b", '{"label": "Supported"}', start))
+    data = LakeData(tmp_path)
+    assert data.ledger_answers(["a", "b", "never-made"]) == {"a": '{"justification": "old"}',
+                                                             "b": '{"label": "Supported"}'}
+    ledger.append(_call("a", '{"justification": "new"}', start + timedelta(hours=1)))  # a `refresh` run's answer
+    assert data.ledger_answers(["a"]) == {"a": '{"justification": "new"}'}
+    assert ledger.compact()  # the per-call segments merged into one and removed
+    assert data.ledger_answers(["a", "b"]) == {"a": '{"justification": "new"}', "b": '{"label": "Supported"}'}
+    broken = tmp_path / "llm_calls" / "call-broken.parquet"
+    broken.write_bytes(b"not parquet")
+    segments = sorted((tmp_path / "llm_calls").iterdir())
+    assert data.ledger_answers(["a"]) is None  # the page says the ledger cannot be read
+    assert sorted((tmp_path / "llm_calls").iterdir()) == segments  # left where it is: the gateway quarantines
 
 
 # -- files by content hash ------------------------------------------------------------------------------------------
@@ -420,11 +474,20 @@ def test_peerify_serve_refuses_a_short_token_and_guards_a_non_loopback_bind_with
         assert requests.post(url + "/signout", timeout=10).status_code == 403
         session = requests.Session()
         assert session.get(f"{url}/venues/sample?token={token}", timeout=10).status_code == 200
+        annotator = Client(url)
+        sign_in_client(annotator, "Ann", token=annotator_pass(token))
+        assert annotator.get("/arbitration").status_code == 200
+        assert annotator.get("/venues/sample").status_code == 403
     finally:
         process.terminate()
         process.wait(30)
     stderr = process.stderr.read()
     assert "is not a loopback address" in stderr and token in stderr
+    # the sign-in address and the pass to hand to annotators, printed beside the maintainer's address (read once the
+    # server has stopped: a line that is missing cannot hang the test)
+    printed = process.stdout.read()
+    assert f":{port}/signin with their name and the annotator pass {annotator_pass(token)} " in printed
+    assert token not in printed
 
 
 def test_peerify_serve_on_loopback_needs_no_token_and_calls_no_model(web_lake, showcase):

@@ -1,6 +1,7 @@
 """`peerify serve`: the web app over the lake (venues, claims with their evidence, arbitration, verify), served by
 uvicorn. Loopback only by default; binding any other address needs an access token (PEERIFY_WEB_TOKEN, else one is
-generated and printed), and every request must then carry it. Starting the server calls no model."""
+generated and printed), and every request must then carry it; annotators sign in with the annotator pass printed
+beside it, which opens their pages only. Starting the server calls no model."""
 
 from __future__ import annotations
 
@@ -52,7 +53,7 @@ def address(host: str, port: int, token: str | None) -> str:
 
 @guarded(ConfigError)
 def cmd_serve(args: argparse.Namespace) -> int:
-    from peerify_dagster.web.security import TOKEN_ENV
+    from peerify_dagster.web.security import TOKEN_ENV, annotator_pass
 
     lake_root = Path(args.lake or paths.lake_root())
     if not lake_root.is_dir():
@@ -68,5 +69,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         say(f"{args.host} is not a loopback address: every request needs this access token (generated now; set "
             f"{TOKEN_ENV} to choose one): {token}")
     print(f"Peerify web app over {lake_root}: open {address(args.host, args.port, token)}", flush=True)
+    if token:
+        print(f"Annotators sign in at {address(args.host, args.port, None)}signin with their name and the annotator "
+              f"pass {annotator_pass(token)} (it opens the annotator pages only, never the maintainer's)", flush=True)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning", server_header=False)
     return 0

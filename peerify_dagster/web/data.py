@@ -1,8 +1,9 @@
-"""How the web app reads the lake: through the project's `Lake` (partition files and the read-only DuckDB catalog),
-never through a path taken from a request. Tables are cached in memory and re-read when their partition file changes
-(a rebuild replaces it atomically), so a page costs a few dictionary lookups once warm. Files are found by content
-hash only: a manuscript PDF through `manuscript_pdfs.sha256`, a report figure through the digest of the files
-`venue_report` lists.
+"""How the web app reads the lake: through the project's `Lake` (its partition files) and the LLM call ledger's own
+reader, never through a path taken from a request, nor through the DuckDB catalog (its views name the folder the
+lake was built in, so a copied or moved lake would show nothing, and a build holds it while it runs). Tables and
+ledger segments are cached in memory and re-read when their file changes (a rebuild replaces it atomically), so a
+page costs a few dictionary lookups once warm. Files are found by content hash only: a manuscript PDF through
+`manuscript_pdfs.sha256`, a report figure through the digest of the files `venue_report` lists.
 """
 
 from __future__ import annotations
@@ -14,14 +15,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-import duckdb
 import polars as pl
 import pypdfium2 as pdfium
 
 from peerify_dagster.domain.claim_view import ClaimIndex, ClaimTables, claim_index
 from peerify_dagster.domain.predictions import venue_and_configuration
 from peerify_dagster.resources.files import atomic_path
-from peerify_dagster.resources.lake import CatalogBusyError, Lake
+from peerify_dagster.resources.lake import Lake
+from peerify_dagster.resources.llm_gateway.ledger import latest_successes, segment_successes
 from peerify_dagster.resources.report_files import report_folder
 from peerify_dagster.web.security import WEB_DIR
 
@@ -30,7 +31,7 @@ PAGE_IMAGES_DIR = "page_images"  # under the lake's web folder: <sha256>/<page>@
 PAGE_SCALES = (1.0, 1.5, 2.0)  # the only render scales (pixels per PDF point): a request cannot fill the disk
 # A venue shows in the app once its forums are in the lake; every other table of it is optional on the pages.
 VENUE_TABLE = "submissions"
-CATALOG_WAIT_S = 1.0  # a page waits this long for a build's hold on the catalog, then renders without what it gave
+ANSWER_COLUMNS = ("parsed",)  # what the pages quote of a ledger call: its parsed answer
 # ClaimTables field -> lake table (the claims themselves, retrieval_queries, are required; predictions are read apart)
 CLAIM_TABLES = {"review_claims": "review_claims", "reviews": "reviews", "followups": "reviewer_followups",
                 "paper_claims": "paper_claims", "claim_labels": "claim_labels", "canonical": "canonical_labels",
@@ -61,6 +62,7 @@ class LakeData:
         self._lock = threading.Lock()
         self._tables: dict[Path, tuple[tuple[int, int], pl.DataFrame]] = {}
         self._derived: dict[tuple, tuple[tuple, object]] = {}
+        self._ledger_segments: dict[Path, tuple[tuple[int, int], dict[str, dict]]] = {}
 
     @property
     def root(self) -> Path:
@@ -109,16 +111,34 @@ class LakeData:
                                                 self.predictions(venue)))
 
     def ledger_answers(self, call_ids: list[str]) -> dict[str, str | None] | None:
-        """The parsed answer (JSON text) of each of the LLM calls, from the call ledger through the catalog; None
-        when the catalog cannot be read now (a build holding it, or no ledger view yet)."""
+        """The parsed answer (JSON text) of each of the LLM calls that succeeded (its latest success, as the gateway
+        answers it), read from the ledger's segments (each cached per file version); None when a segment cannot be
+        read (the next build's gateway sets it aside)."""
         if not call_ids:
             return {}
+        listed: set[Path] = set()
+
+        def read(segment: Path) -> dict[str, dict]:
+            listed.add(segment)
+            stamp = _stamp(segment)
+            if stamp is None:
+                raise FileNotFoundError(segment)
+            with self._lock:
+                cached = self._ledger_segments.get(segment)
+            if cached is not None and cached[0] == stamp:
+                return cached[1]
+            successes = segment_successes(segment, ANSWER_COLUMNS)
+            with self._lock:
+                self._ledger_segments[segment] = (stamp, successes)
+            return successes
         try:
-            _, rows = self.query("select call_id, parsed from llm_calls where call_id in (select unnest($ids))",
-                                 {"ids": call_ids})
-        except (CatalogBusyError, duckdb.Error):
+            found = latest_successes(self.root, call_ids, read)
+        except (OSError, pl.exceptions.PolarsError):
             return None
-        return dict(rows)
+        with self._lock:  # segments merged by a compaction are gone: forget them
+            for segment in self._ledger_segments.keys() - listed:
+                del self._ledger_segments[segment]
+        return {call_id: row["parsed"] for call_id, row in found.items()}
 
     def _read(self, path: Path, name: str, partition: str) -> pl.DataFrame | None:
         stamp = _stamp(path)
@@ -151,11 +171,6 @@ class LakeData:
             return tuple((key, _stamp(self.lake.table_path(table, key))) for key in self.lake.partition_keys(table)
                          if venue_and_configuration(key)[0] == partition)
         return (_stamp(self.lake.table_path(table, partition)),)
-
-    def query(self, sql: str, params: dict | None = None) -> tuple[list[str], list[tuple]]:
-        """Read statements against the DuckDB catalog, opened read-only (never refreshed from here: the build does),
-        waiting at most CATALOG_WAIT_S for a writer to let go (then CatalogBusyError)."""
-        return self.lake.query(sql, params, refresh=False, wait_s=CATALOG_WAIT_S)
 
     # -- files by content hash ------------------------------------------------------------------------------------
     def pdf_path(self, sha256: str) -> Path:

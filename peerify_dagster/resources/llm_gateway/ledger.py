@@ -21,17 +21,19 @@ import os
 import re
 import threading
 import uuid
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from peerify_dagster.resources.files import atomic_path, fsync_path
+from peerify_dagster.resources.lake import LEDGER_DIR
 
 logger = logging.getLogger(__name__)
 
@@ -98,7 +100,7 @@ class CallLedger:
     """The `llm_calls` table: one durable segment per call, compacted later, shared safely between processes."""
 
     def __init__(self, lake_root: Path, compact_every: int = 256):
-        self.directory = Path(lake_root) / "llm_calls"
+        self.directory = Path(lake_root) / LEDGER_DIR
         self.claims_directory = self.directory / ".claims"
         self.quarantine_directory = self.directory / "quarantine"
         self.compact_every = compact_every
@@ -111,7 +113,7 @@ class CallLedger:
 
     # -- reading ---------------------------------------------------------------------------------
     def segments(self) -> list[Path]:
-        return sorted(self.directory.glob("*.parquet"))
+        return segments_in(self.directory)
 
     def refresh(self) -> None:
         """Index the segments written since the last refresh, by this process or another."""
@@ -135,12 +137,7 @@ class CallLedger:
                     return
 
     def _index(self, row: Mapping[str, Any]) -> None:
-        # The latest success wins, so a `refresh` run's new answer replaces the old one.
-        if row["error"] is not None:
-            return
-        current = self._successes.get(row["call_id"])
-        if current is None or row["created_at"] >= current["created_at"]:
-            self._successes[row["call_id"]] = dict(row)
+        keep_latest_success(self._successes, row)
 
     def _read(self, segment: Path, columns: list[str] | None) -> pa.Table | None:
         """The segment's rows; None when it was unreadable (it is then quarantined and reported).
@@ -342,6 +339,59 @@ class CallLedger:
         record = QuarantinedSegment(segment, moved_to, " ".join(str(error).split())[:300], tuple(call_ids))
         self.quarantined.append(record)
         logger.warning(record.describe())
+
+
+def segments_in(directory: Path) -> list[Path]:
+    """The ledger's segments (a half-written one ends in `.tmp`, so it is never among them)."""
+    return sorted(directory.glob("*.parquet"))
+
+
+def keep_latest_success(successes: dict[str, dict[str, Any]], row: Mapping[str, Any]) -> None:
+    """Record `row` in `successes` (by call id) if it is a success at least as recent as the one held: the latest
+    success wins, so a `refresh` run's new answer replaces the old one."""
+    if row["error"] is not None:
+        return
+    current = successes.get(row["call_id"])
+    if current is None or row["created_at"] >= current["created_at"]:
+        successes[row["call_id"]] = dict(row)
+
+
+def segment_successes(segment: Path, columns: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """The latest successful row of each call one segment holds, reading only `columns` (and the columns that pick
+    the row). Raises FileNotFoundError when the segment vanished (compacted), another OSError or a PolarsError when
+    it is unreadable: it is left where it is, as a reader that only looks must leave the ledger (the gateway
+    quarantines it)."""
+    # Read with polars: pyarrow turns time-zoned timestamps into Python values through pandas, whose first import
+    # would cost a web server's first claim page a quarter of a second.
+    frame = pl.read_parquet(segment, columns=list(dict.fromkeys([*_KEY_COLUMNS, "error", *columns])))
+    successes: dict[str, dict[str, Any]] = {}
+    for row in frame.iter_rows(named=True):
+        keep_latest_success(successes, row)
+    return successes
+
+
+def latest_successes(lake_root: Path, call_ids: Collection[str],
+                     read_segment: Callable[[Path], dict[str, dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+    """The latest successful row of each of `call_ids` in the lake's ledger, found without opening a `CallLedger`
+    (which indexes every row and quarantines what it cannot read): for readers that only look, such as the web app.
+    `read_segment(path)` gives one segment's successes: `segment_successes` with the columns wanted, or a cache of
+    it per segment version. Calls without a success are left out."""
+    wanted = set(call_ids)
+    while True:
+        found: dict[str, dict[str, Any]] = {}
+        vanished = False
+        for segment in segments_in(Path(lake_root) / LEDGER_DIR):
+            try:
+                successes = read_segment(segment)
+            except FileNotFoundError:
+                vanished = True
+                continue
+            for call_id in wanted.intersection(successes):
+                keep_latest_success(found, successes[call_id])
+        # As in `CallLedger.refresh`: a segment vanishes only into a merged one written before, which a new listing
+        # finds.
+        if not vanished:
+            return found
 
 
 def _new_rows(table: pa.Table, stored: set[tuple[str, datetime]]) -> pa.Table:

@@ -22,6 +22,8 @@ from peerify_dagster.web.data import NotInLake
 from peerify_dagster.web.pages import is_htmx, lake_data, render, venue_of
 
 PAGE_SCALE = 1.5  # pixels per PDF point of the manuscript page shown (one of data.PAGE_SCALES)
+LEDGER_UNREADABLE = ("A segment of the LLM call ledger cannot be read (the next build sets it aside and makes its "
+                     "calls again): justifications are left out until then.")
 
 
 async def claim_browser(request: Request):
@@ -43,8 +45,7 @@ def _detail(request: Request):
     if detail is None:
         raise NotInLake(f"venue {venue!r} has no claim {claim_id!r}")
     if answers is None:
-        detail.notes.append("The LLM call ledger could not be read just now (a build holds the catalog): "
-                            "justifications are left out; reload in a moment.")
+        detail.notes.append(LEDGER_UNREADABLE)
     return venue, detail
 
 
