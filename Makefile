@@ -42,8 +42,9 @@ dev: install $(DAGSTER_HOME)/dagster.yaml
 validate: install
 	$(VENV)/bin/dagster definitions validate -w workspace.yaml
 
-## clean-lake: remove what a build makes again from the lake; human decisions, releases, the LLM call ledger and
-## crawl snapshots stay unless named: `make clean-lake ALSO=decisions,releases,ledger,snapshots` (any of them)
+## clean-lake: remove what a build makes again from the lake; human decisions, releases, the LLM call ledger, crawl
+## snapshots and verify's uploads stay unless named: `make clean-lake ALSO=decisions,releases,ledger,snapshots,uploads`
+## (any of them)
 comma := ,
 clean-lake: install
 	$(VENV)/bin/peerify clean-lake $(addprefix --also-,$(subst $(comma), ,$(ALSO)))

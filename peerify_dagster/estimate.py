@@ -1,12 +1,13 @@
 """`peerify build <venue> --estimate`: the LLM calls a build of the venue would make, for every LLM stage of the graph
 (domain/llm_stages.py; each prediction configuration is one stage), per role and model, with input/output tokens and
 cost (prices from models.yaml) as a range, without calling any model; calls the ledger already answers are free.
+`peerify verify --estimate` counts the stages a verification runs the same way, from the upload laid out as a snapshot.
 
 Each stage is counted from the best source there is, named in the `counted from` column:
 - `lake`: the stage's tables are built: the calls they reference (ledger hits unless the ledger lost them), and the
   predictions of a configuration planned exactly from the venue's retrieval tables;
-- `snapshot` / `crawl`: nothing built yet, but the venue's forums are on disk: its reviews and their sections counted,
-  claims expected at the release's per-review averages;
+- `snapshot` / `crawl` / `upload`: nothing built yet, but the venue's forums (an upload's: the files given) are on
+  disk: its reviews and their sections counted, claims expected at the release's per-review averages;
 - `size x release averages`: nothing crawled yet: the venue's `sample_size` papers times the release's averages.
 Input tokens are counted at CHARS_PER_TOKEN characters per token (an over-count); output tokens are the mean of the
 ledger's answers of that model and prompt, else the model's max_tokens.
@@ -15,7 +16,7 @@ ledger's answers of that model and prompt, else the model's max_tokens.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,10 +25,10 @@ import polars as pl
 from peerify_dagster.domain import predictions as pred
 from peerify_dagster.domain.claims import review_sections
 from peerify_dagster.domain.forum_tables import REVIEW_TEXT_FIELDS
-from peerify_dagster.domain.llm_stages import LLM_STAGES, PREDICTIONS, STAGES_BY_NAME, LLMStage
+from peerify_dagster.domain.llm_stages import LLM_STAGES, PAPER_CLAIMS, PREDICTIONS, STAGES_BY_NAME, LLMStage
 from peerify_dagster.domain.notes import MalformedNote, classify, note_api_version, read_note, text_value
 from peerify_dagster.domain.prompts import load_prompt
-from peerify_dagster.domain.venues import SOURCE_SNAPSHOT, Venue
+from peerify_dagster.domain.venues import SOURCE_SNAPSHOT, SOURCE_UPLOAD, Venue
 from peerify_dagster.resources.lake import Lake
 
 DEFAULT_ANSWER_TOKENS = 1024  # a model whose decoding sets no max_tokens (the backends' default)
@@ -116,27 +117,27 @@ def _from_snapshot(venue: Venue, snapshot: Path) -> VenueSize:
                 reviews += 1
                 lengths += [len(text) for name in REVIEW_TEXT_FIELDS if (text := (text_value(note, name) or "").strip())]
     share = min(1.0, venue.sample_size / len(forums)) if venue.sample_size else 1.0
-    basis = "snapshot" if venue.source == SOURCE_SNAPSHOT else "crawl"
+    basis = {SOURCE_SNAPSHOT: "snapshot", SOURCE_UPLOAD: "upload"}.get(venue.source, "crawl")
     size = _counted(round(len(forums) * share), round(reviews * share), lengths, basis)
     return VenueSize(size.papers, size.reviews, (round(len(lengths) * share),) * 2, size.section_chars, basis)
 
 
 def estimate_build(lake: Lake, venue: Venue, snapshot: Path, configurations: Sequence[pred.Configuration],
-                   gateway) -> Estimate:  # noqa: ANN001 - an LLMGateway
-    """The calls the venue's build would make under `configurations`, every LLM stage; `gateway` is an LLMGateway
-    that is never asked to call a model."""
+                   gateway, stages: Collection[str] | None = None) -> Estimate:  # noqa: ANN001 - an LLMGateway
+    """The calls the venue's build would make under `configurations`, every LLM stage (or those named in `stages`:
+    a stage left out makes no call and no claim); `gateway` is an LLMGateway that is never asked to call a model."""
     estimate = Estimate()
+    runs = {stage.name for stage in LLM_STAGES} if stages is None else set(stages)
     size = venue_size(lake, venue, snapshot)
     means = _mean_tokens(lake)
     expected: dict[str, tuple[int, int]] = {}  # stage -> its calls (low, high) when nothing of it is built
     if size is not None:
         claims, papers = _built_rows(lake, venue.key, "review_claims") or size.claims, size.papers
-        paper_claims = _built_rows(lake, venue.key, "paper_claims") or (0, papers * PARAGRAPHS_PER_PAPER)
         expected = {"review_claims": size.sections, "claim_types": claims,
                     "paper_claims": (papers * PARAGRAPHS_PER_PAPER, 2 * papers * PARAGRAPHS_PER_PAPER),
                     "claim_labels": (claims[0], 2 * claims[1])}  # per labeller: manuscript; + thread when answered
     for stage in LLM_STAGES:
-        if stage.per_configuration:
+        if stage.per_configuration or stage.name not in runs:
             continue
         for role in stage.roles:
             for model in gateway.models_for_role(role):
@@ -148,7 +149,7 @@ def estimate_build(lake: Lake, venue: Venue, snapshot: Path, configurations: Seq
                                                        size.basis, gateway, means, chars))
                 else:
                     estimate.not_known.append((stage.name, _unknown_size(venue)))
-    llm_configurations = [c for c in configurations if c.nli_model is None]
+    llm_configurations = [c for c in configurations if c.nli_model is None] if PREDICTIONS in runs else []
     threaded = any(c.mode == pred.MODE_THREAD for c in llm_configurations)
     missing = [table for table in pred.INPUT_TABLES + (pred.THREAD_TABLE,) * threaded
                if not lake.table_path(table, venue.key).exists()]
@@ -157,8 +158,9 @@ def estimate_build(lake: Lake, venue: Venue, snapshot: Path, configurations: Seq
     elif llm_configurations and size is None:
         estimate.not_known.append((PREDICTIONS, _unknown_size(venue)))
     elif llm_configurations:
+        drawn = size.papers * PARAGRAPHS_PER_PAPER if PAPER_CLAIMS in runs else 0  # paper claims, at most
         review, paper = _built_rows(lake, venue.key, "review_claims") or size.claims, \
-            _built_rows(lake, venue.key, "paper_claims") or (0, size.papers * PARAGRAPHS_PER_PAPER)
+            _built_rows(lake, venue.key, "paper_claims") or (0, drawn)
         stage = STAGES_BY_NAME[PREDICTIONS]
         for configuration in llm_configurations:
             sources = {pred.CLAIM_SETS[name] for name in configuration.claims}

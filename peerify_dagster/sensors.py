@@ -1,8 +1,10 @@
-"""The sensors and schedule of the code location."""
+"""The sensors and schedule of the code location. None of them builds, re-predicts or reports an upload venue of
+`peerify verify` (`_benchmark_venues`): an upload is built on request only, up to its predictions, and has no slices
+for the results to read."""
 
 import dagster as dg
 
-from peerify_dagster.domain.venues import SOURCE_RELEASE, SOURCE_SNAPSHOT, load_registry
+from peerify_dagster.domain.venues import SOURCE_RELEASE, SOURCE_SNAPSHOT, UPLOAD_KEY_PREFIX, load_registry
 from peerify_dagster.freshness import (
     LEDGER_READERS,
     PREDICTION_INPUTS,
@@ -40,6 +42,13 @@ def venue_registry_sensor(context: dg.SensorEvaluationContext, venue_registry: V
     return dg.SensorResult(dynamic_partitions_requests=[venue_partitions.build_add_request(snapshots)])
 
 
+def _benchmark_venues(context: dg.SensorEvaluationContext | dg.ScheduleEvaluationContext) -> list[str]:
+    """The venue partitions but the upload venues of `peerify verify`, which it adds as partitions when it builds
+    them: told by their key prefix, theirs alone (domain/venues.py)."""
+    return [key for key in context.instance.get_dynamic_partitions(venue_partitions.name)
+            if not key.startswith(UPLOAD_KEY_PREFIX)]
+
+
 def _free_venues(context: dg.SensorEvaluationContext | dg.ScheduleEvaluationContext, lake: LakeResource,
                  venues: list[str]) -> list[str]:
     """The venues no `peerify build` is computing now (a sensor's run would compute the same partitions twice, and
@@ -60,7 +69,7 @@ def snapshot_build_sensor(context: dg.SensorEvaluationContext, venue_registry: V
     network; its claims and labels call the LLM roles, so it is off by default: turn it on under Automation in the
     UI, or `dagster sensor start snapshot_build_sensor`)."""
     registry = load_registry(venue_registry.registry_file())
-    never_built = [key for key in context.instance.get_dynamic_partitions(venue_partitions.name)
+    never_built = [key for key in _benchmark_venues(context)
                    if key in registry and registry[key].source == SOURCE_SNAPSHOT
                    and latest_materialisation(context.instance, PREDICTION_INPUTS, key) is None]
     requests = [dg.RunRequest(partition_key=key, run_key=f"register:{key}")
@@ -73,7 +82,7 @@ def venue_refresh_schedule(context: dg.ScheduleEvaluationContext, venue_registry
                            lake: LakeResource):
     """Weekly refresh of every registered venue: re-lists submissions and re-fetches forums (new replies). Off by
     default (a rebuild calls the LLM roles for new claims); a venue a `peerify build` is computing is skipped."""
-    known = set(context.instance.get_dynamic_partitions(venue_partitions.name))
+    known = set(_benchmark_venues(context))
     return [
         dg.RunRequest(partition_key=key, run_config=REFRESH_RUN_CONFIG,
                       run_key=f"refresh:{key}:{context.scheduled_execution_time:%Y-%m-%d}")
@@ -94,7 +103,8 @@ def catalog_refresh_sensor(context: dg.RunStatusSensorContext, lake: LakeResourc
 def configurations_sensor(context: dg.SensorEvaluationContext,
                           prediction_configurations: PredictionConfigurationsResource,
                           venue_registry: VenueRegistryResource, lake: LakeResource):
-    """For every built venue adds a predictions partition for each configuration of configurations.yaml it uses
+    """For every built venue (not an upload of `peerify verify`: no slices for its results, and its verifiers run
+    when a person asks) adds a predictions partition for each configuration of configurations.yaml it uses
     that has none yet, and runs the predictions of each of its configurations that is new, changed or older than the
     venue's retrieval runs, one run per partition; once a venue's predictions are current, re-runs its results if a
     prediction is newer. Off by default (its runs call the verifiers); a venue a `peerify build` is computing is
@@ -103,8 +113,7 @@ def configurations_sensor(context: dg.SensorEvaluationContext,
     releases = {key for key, venue in load_registry(venue_registry.registry_file()).items()
                 if venue.source == SOURCE_RELEASE}
     chosen_by_venue = {venue: configurations.for_venue(venue, release=venue in releases)
-                       for venue in _free_venues(context, lake, context.instance.get_dynamic_partitions(
-                           venue_partitions.name))
+                       for venue in _free_venues(context, lake, _benchmark_venues(context))
                        if latest_materialisation(context.instance, PREDICTION_INPUTS, venue)}
     known = set(context.instance.get_dynamic_partitions(prediction_partitions.name))
     if new := [key for venue, chosen in chosen_by_venue.items() for configuration in chosen
@@ -138,7 +147,7 @@ def human_decisions_sensor(context: dg.SensorEvaluationContext, lake: LakeResour
     their build, and a venue a `peerify build` is computing to a later tick. It calls no model: on by default."""
     requests = [dg.RunRequest(partition_key=venue, asset_selection=[ahead.reader],
                               run_key=f"{ahead.reader.to_user_string()}:{venue}:{ahead.lines}")
-                for venue in _free_venues(context, lake, context.instance.get_dynamic_partitions(venue_partitions.name))
+                for venue in _free_venues(context, lake, _benchmark_venues(context))
                 for ahead in ledgers_ahead(context.instance, lake.lake().root, venue)]
     return requests or dg.SkipReason("no decisions ledger has new lines")
 

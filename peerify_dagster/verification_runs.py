@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -20,7 +21,7 @@ from datetime import datetime, timezone
 from pathlib import Path, PurePath
 
 from peerify_dagster import paths
-from peerify_dagster.cli.common import ConfigError
+from peerify_dagster.cli.common import ConfigError, registered_venues, say
 from peerify_dagster.domain import uploads
 from peerify_dagster.domain.llm_stages import EXTRACTION, PREDICTIONS, STAGES_BY_NAME, TAGGING
 from peerify_dagster.domain.predictions import prediction_key
@@ -37,8 +38,9 @@ REGISTERING, PARSING, EXTRACTING, RETRIEVAL, PREDICTING, WRITING = (
     "registering", "parsing the manuscript", "extracting claims", "retrieval", "predicting", "writing the result")
 PHASES = (REGISTERING, PARSING, EXTRACTING, RETRIEVAL, PREDICTING, WRITING)  # predicting: one per configuration
 PHASE_START = {REGISTERING: 0.0, PARSING: 5.0, EXTRACTING: 30.0, RETRIEVAL: 55.0, PREDICTING: 65.0, WRITING: 95.0}
-# The roles an upload's build calls: its review's claims are extracted and typed, then verified.
-VERIFY_ROLES = tuple(role for stage in (EXTRACTION, TAGGING, PREDICTIONS) for role in STAGES_BY_NAME[stage].roles)
+# The LLM stages an upload's build runs, and their roles: its review's claims are extracted and typed, then verified.
+VERIFY_STAGES = (EXTRACTION, TAGGING, PREDICTIONS)
+VERIFY_ROLES = tuple(role for stage in VERIFY_STAGES for role in STAGES_BY_NAME[stage].roles)
 MAX_PDF_MB_ENV = "PEERIFY_MAX_PDF_MB"
 RESULT_TEMPLATE = "verify/result_page.html"
 TEMPLATES_DIR = Path(__file__).parent / "web" / "templates"
@@ -154,7 +156,6 @@ def _upload_venue(key: str, openreview_id: str, source: Venue | None = None) -> 
 
 
 def _forum_upload(venue_key: str, forum_id: str, origin: str) -> PreparedUpload:
-    from peerify_dagster.cli.build import registered_venues
     from peerify_dagster.resources.dagster_resources import VenueRegistryResource
     from peerify_dagster.resources.lake import Lake
     from peerify_dagster.resources.openreview import MalformedSnapshotFile, SnapshotReader
@@ -210,9 +211,7 @@ def register(prepared: PreparedUpload) -> Venue:
         snapshot = folder / "snapshot"
         if not snapshot.exists():
             with atomic_folder(snapshot) as temporary:
-                for relative, data in prepared.files.items():
-                    (temporary / relative).parent.mkdir(parents=True, exist_ok=True)
-                    (temporary / relative).write_bytes(data)
+                _write_files(temporary, prepared.files)
         if not (folder / "upload.json").exists():
             write_json_atomic(folder / "upload.json", {"venue": prepared.venue.key, "origin": prepared.origin,
                                                        "registered_at": datetime.now(timezone.utc).isoformat()})
@@ -223,6 +222,26 @@ def register(prepared: PreparedUpload) -> Venue:
         with atomic_path(registry) as temporary:
             temporary.write_text(text)
     return prepared.venue
+
+
+def _write_files(folder: Path, files: dict[str, bytes]) -> None:
+    for relative, data in files.items():
+        (folder / relative).parent.mkdir(parents=True, exist_ok=True)
+        (folder / relative).write_bytes(data)
+
+
+def print_estimate(request: VerificationRequest) -> int:
+    """`peerify verify --estimate`: the LLM calls verifying the request would make (claim extraction, fact tagging,
+    each configuration's verifiers), counted as `peerify build --estimate` counts a venue's, from the upload's
+    snapshot laid out in a temporary folder (or from the lake, when the same upload was built before); nothing is
+    registered and no model is called."""
+    from peerify_dagster.cli import build
+
+    prepared = prepare(request)
+    configurations = build.check_configurations(prepared.venue.key, list(request.configurations) or None)
+    with tempfile.TemporaryDirectory(prefix="peerify-verify-estimate-") as folder:
+        _write_files(Path(folder), prepared.files)
+        return build.print_estimate(prepared.venue, Path(folder), configurations, VERIFY_STAGES, prepared.recording)
 
 
 def phase_selections() -> list[tuple[str, list]]:
@@ -262,7 +281,6 @@ def run_verification(request: VerificationRequest, progress: Progress | None = N
     Raises UploadError or ConfigError, with nothing registered, for a request it refuses."""
     from peerify_dagster.cli.build import check_configurations, check_models
     from peerify_dagster.cli.build_session import BudgetSpent, BuildSession
-    from peerify_dagster.cli.common import say
     from peerify_dagster.cli.home import open_home
 
     report = progress or (lambda phase, message, percent: None)

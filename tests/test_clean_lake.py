@@ -1,5 +1,6 @@
-"""`peerify clean-lake` (and `make clean-lake`): what a build makes again goes; human decisions, releases, the LLM call
-ledger and crawl snapshots stay unless a flag names them, and the command says which."""
+"""`peerify clean-lake` (and `make clean-lake`): what a build makes again goes (the web app's page images with it);
+human decisions, releases, the LLM call ledger, crawl snapshots and `peerify verify`'s uploads stay unless a flag
+names them, the web app's session secret always, and the command says which."""
 
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ VENUE = "X.cc/2026"
 
 @pytest.fixture
 def lake(tmp_path, monkeypatch) -> Path:
-    """A lake with tables, a catalog, a PDF, human decisions, a release, ledger segments and a crawl snapshot."""
+    """A lake with tables, a catalog, a PDF, human decisions, a release, ledger segments, a crawl snapshot, an upload
+    of `peerify verify` and the web app's session secret and page images."""
     root = tmp_path / "lake"
     monkeypatch.setenv("PEERIFY_LAKE", str(root))
     Lake(root).write_table("submissions", VENUE, pl.DataFrame({"paper_id": ["P1"]}))
@@ -30,7 +32,8 @@ def lake(tmp_path, monkeypatch) -> Path:
         venue=VENUE, claim_id="c1", source="thread", kind="arbitration", action="decide", choice="third_label",
         label="Supported", annotator="alice", queue_version="q1")])
     for name in ("pdfs/ab12.pdf", "releases/1.0.0/manifest.json", "llm_calls/part-1.parquet",
-                 "snapshots/X.cc__2026/venue.json", ".gitkeep"):
+                 "snapshots/X.cc__2026/venue.json", "uploads/venues.yaml", "uploads/upload-0123456789ab/upload.json",
+                 "web/session_secret", "web/page_images/ab12/1@1.0.png", ".gitkeep"):
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         (root / name).write_bytes(b"x")
     return root
@@ -41,17 +44,24 @@ def clean(capsys, *flags: str) -> tuple[int, str]:
     return code, capsys.readouterr().out
 
 
-def test_clean_lake_keeps_decisions_releases_ledger_and_snapshots_and_says_so(lake, capsys):
+def test_clean_lake_keeps_decisions_releases_ledger_snapshots_and_uploads_and_says_so(lake, capsys):
     ledger = DecisionLedger(lake, VENUE).path.read_bytes()
     code, out = clean(capsys)
     assert code == 0
     assert sorted(p.name for p in lake.iterdir()) == [".gitkeep", "human_decisions", "llm_calls", "releases",
-                                                      "snapshots"]
+                                                      "snapshots", "uploads", "web"]
     assert DecisionLedger(lake, VENUE).path.read_bytes() == ledger
     for kept, flag in (("human_decisions/", "--also-decisions"), ("releases/", "--also-releases"),
-                       ("llm_calls/", "--also-ledger"), ("snapshots/", "--also-snapshots")):
+                       ("llm_calls/", "--also-ledger"), ("snapshots/", "--also-snapshots"),
+                       ("uploads/", "--also-uploads")):
         assert any(line.startswith(f"kept {kept}") and flag in line for line in out.splitlines()), out
-    assert "removed 3 rebuildable entries" in out and "submissions/" in out and "peerify.duckdb" in out
+    assert sorted(path.relative_to(lake).as_posix() for path in (lake / "uploads").rglob("*")) == [
+        "uploads/upload-0123456789ab", "uploads/upload-0123456789ab/upload.json", "uploads/venues.yaml"]
+    # The page images are a cache; the session secret is not data, but a new one would sign everyone out.
+    assert [path.name for path in (lake / "web").iterdir()] == ["session_secret"]
+    assert "kept web/session_secret (the web app's session secret: removing it signs everyone out" in out
+    assert "removed 4 rebuildable entries" in out and "submissions/" in out and "peerify.duckdb" in out
+    assert "web/page_images/" in out
 
 
 def test_clean_lake_removes_decisions_only_when_named(lake, capsys):
@@ -60,7 +70,10 @@ def test_clean_lake_removes_decisions_only_when_named(lake, capsys):
     assert "removed human_decisions/ (every arbitration and audit decision" in out and "--also-decisions asked" in out
     assert {"releases", "llm_calls", "snapshots"} <= {p.name for p in lake.iterdir()}
     code, out = clean(capsys, "--also-releases", "--also-ledger", "--also-snapshots")
-    assert code == 0 and sorted(p.name for p in lake.iterdir()) == [".gitkeep"]
+    assert code == 0 and sorted(p.name for p in lake.iterdir()) == [".gitkeep", "uploads", "web"]
+    code, out = clean(capsys, "--also-uploads")
+    assert code == 0 and sorted(p.name for p in lake.iterdir()) == [".gitkeep", "web"]
+    assert "removed uploads/ (what `peerify verify` was given" in out and "--also-uploads asked" in out
 
 
 def test_make_clean_lake_passes_the_named_folders_as_flags():

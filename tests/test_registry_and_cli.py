@@ -1,4 +1,5 @@
-"""The venue registry, the `peerify` command, credentials from the environment, and the venue sensor."""
+"""The venue registry (with the lake's upload venues of `peerify verify`), the `peerify` command, credentials from the
+environment, and the venue sensor."""
 
 from __future__ import annotations
 
@@ -15,7 +16,14 @@ from dagster._core.storage.defs_state.base import set_defs_state_storage
 from peerify_dagster import cli
 from peerify_dagster.resources import runs
 from peerify_dagster.sensors import snapshot_build_sensor, venue_refresh_schedule, venue_registry_sensor
-from peerify_dagster.domain.venues import RegistryError, Venue, add_venue, load_registry
+from peerify_dagster.domain.venues import (
+    SOURCE_UPLOAD,
+    RegistryError,
+    Venue,
+    add_venue,
+    load_registry,
+    upload_registry_text,
+)
 from peerify_dagster.partitions import venue_partitions
 from peerify_dagster.resources.dagster_resources import LakeResource, VenueRegistryResource
 from peerify_dagster.resources.openreview import HttpPolicy, OpenReviewCrawler, make_client
@@ -82,6 +90,35 @@ def test_cli_venues_add_and_sql(tmp_path, monkeypatch, capsys):
     assert "42" in capsys.readouterr().out
     assert cli.main(["sql", "select * from no_such_table"]) == 1
     assert "no_such_table" in capsys.readouterr().err
+
+
+def test_an_upload_venue_is_listed_as_one_and_refused_by_the_commands_of_a_benchmark(tmp_path, monkeypatch, capsys):
+    """`peerify verify` registers its venues in the lake's upload registry: `venues list` shows them as uploads, and
+    report, arbitrate and build (labels, slices, metrics: a benchmark's) refuse one in one line saying why."""
+    upload = "upload-0123456789ab"
+    registry, uploads = tmp_path / "venues.yaml", tmp_path / "lake" / "uploads" / "venues.yaml"
+    registry.write_text(GOOD_ENTRY)
+    uploads.parent.mkdir(parents=True)
+    venue = Venue(key=upload, openreview_id=f"Peerify/Upload/{upload}", source=SOURCE_UPLOAD, seed=0,
+                  snapshot=f"{upload}/snapshot")
+    uploads.write_text(upload_registry_text(uploads, venue))
+    monkeypatch.setenv("PEERIFY_VENUES", str(registry))
+    monkeypatch.setenv("PEERIFY_LAKE", str(tmp_path / "lake"))
+    assert cli.main(["venues", "list"]) == 0
+    out = capsys.readouterr().out
+    rows = {line.split()[0]: line.rstrip() for line in out.splitlines()[2:] if line.strip()}
+    assert rows[upload].split()[2] == "upload" and rows[upload].endswith("lake (peerify verify)")
+    assert rows["v"].split()[2] == "snapshot" and rows["v"].endswith("repository")
+    assert f"1 upload venue of `peerify verify` (one paper and its reviews each" in out and f"in {uploads}" in out
+    for command in (["report", "--venue", upload], ["arbitrate", "--venue", upload, "--annotator", "ann"],
+                    ["audit", "sample", "--venue", upload], ["build", upload]):
+        assert cli.main(command) == 2, command
+        said = capsys.readouterr().err.strip()
+        assert said.startswith(f"venue '{upload}' is an upload of `peerify verify`") and said.count("\n") == 0, said
+        named = " ".join(word for word in command if not word.startswith("-") and word not in (upload, "ann"))
+        assert f"`peerify {named}` is for a benchmark venue" in said, said
+        assert said.endswith(f"its result is {uploads.parent / upload / 'result.html'}"), said
+    assert not (tmp_path / "lake" / "submissions").exists()  # refused before any work
 
 
 def test_credentials_come_from_the_environment_and_are_not_logged(tmp_path, monkeypatch, capsys):

@@ -137,10 +137,14 @@ def test_a_venue_has_a_predictions_partition_for_each_configuration_it_uses_and_
 
 
 def test_the_sensor_gives_a_built_venue_a_partition_for_each_configuration_it_uses(tmp_path):
-    """configurations.yaml lists the sample's configurations (`venues:`): the others are not its partitions."""
+    """configurations.yaml lists the sample's configurations (`venues:`): the others are not its partitions. An upload
+    venue of `peerify verify` (a partition its build added) gets none and no run: no slices for its results, and its
+    verifiers run when a person asks."""
     instance = dg.DagsterInstance.ephemeral()
-    instance.add_dynamic_partitions(venue_partitions.name, ["sample", "unbuilt"])
-    instance.report_runless_asset_event(dg.AssetMaterialization("retrieval_runs", partition="sample"))
+    upload = "upload-0123456789ab"
+    instance.add_dynamic_partitions(venue_partitions.name, ["sample", "unbuilt", upload])
+    for venue in ("sample", upload):
+        instance.report_runless_asset_event(dg.AssetMaterialization("retrieval_runs", partition=venue))
     configurations = PredictionConfigurationsResource()
     context = dg.build_sensor_context(instance=instance, resources={
         "prediction_configurations": configurations, "lake": LakeResource(root=str(tmp_path / "lake")),
@@ -150,3 +154,7 @@ def test_the_sensor_gives_a_built_venue_a_partition_for_each_configuration_it_us
     assert len(uses) < len(configurations.load().configurations)  # the file's grid is meant for other venues
     assert (request.partitions_def_name, sorted(request.partition_keys)) == (
         prediction_partitions.name, sorted(f"{name}|sample" for name in uses))
+    instance.add_dynamic_partitions(request.partitions_def_name, list(request.partition_keys))  # as the daemon does
+    instance.add_dynamic_partitions(prediction_partitions.name, [f"hybrid-top3|{upload}"])  # as verify does
+    requests = configurations_sensor(context)
+    assert sorted(r.partition_key for r in requests) == sorted(f"{name}|sample" for name in uses)

@@ -2,8 +2,9 @@
 load once) on a fresh lake with the repository's registry: one forum of the built sample venue (every call answered by
 the sample's recording); the sample's PDF with one of its reviews (answered by the same recorded calls: the PDF keeps
 its paper id, the review its sections) and a short review of our own (live calls to the offline SmolLM2 model), then
-the same input again (0 calls made live); and every refused input (one line naming the file or forum and the reason,
-exit 2, nothing registered)."""
+the same input again (0 calls made live); its estimate (no model called, nothing registered) before and after; a
+budget that stops the verification after its first live call (a scripted loopback model), nothing half-written; and
+every refused input (one line naming the file or forum and the reason, exit 2, nothing registered)."""
 
 from __future__ import annotations
 
@@ -22,7 +23,11 @@ import yaml
 
 from peerify_dagster import cli
 from peerify_dagster.domain.predictions import prediction_key
+from peerify_dagster.domain.venues import load_registry
+from peerify_dagster.testing.openai_server import ScriptedOpenAIServer
 from tests.cli_support import fresh_home
+from tests.test_claims_assets import scripted_answer
+from tests.test_cost_control import priced_models, temporaries
 
 REPO = Path(__file__).resolve().parents[1]
 REGISTRY = REPO / "venues.yaml"
@@ -60,6 +65,21 @@ def venue_of(result: Run) -> str:
 
 def made_live(result: Run) -> int:
     return int(re.search(r"LLM calls of this build: (\d+) made live", result.stderr).group(1))
+
+
+def estimate_rows(result: Run) -> dict[tuple[str, str], dict[str, str]]:
+    """The rows of `--estimate`'s table by (stage, role), each by column name (columns are 2+ spaces apart)."""
+    lines = result.stdout.splitlines()
+    start = next(index for index, line in enumerate(lines) if line.startswith("stage "))
+    header = re.split(r"\s{2,}", lines[start].strip())
+    rows = [dict(zip(header, re.split(r"\s{2,}", line.strip()))) for line in lines[start + 1:] if line.strip()]
+    return {(row["stage"], row["role"]): row for row in rows[:next(i for i, r in enumerate(rows)
+                                                                    if r["stage"].startswith("total:"))]}
+
+
+def bare_env(folder: Path, **extra: str) -> dict[str, str]:
+    return {"PEERIFY_LAKE": str(folder / "lake"), "PEERIFY_VENUES": str(REGISTRY),
+            "DAGSTER_HOME": str(fresh_home(folder / "home")), **extra}
 
 
 @pytest.fixture(scope="module")
@@ -176,3 +196,60 @@ def test_inputs_that_cannot_be_verified_are_refused_naming_the_file_and_the_reas
         code, said = verify(*args)
         assert (code, message in said, said.count("\n")) == (2, True, 0), (args, said)
     assert not (folder / "lake" / "uploads").exists()  # nothing registered, nothing written
+
+
+VERIFY_STAGES = {("review_claims", "extractor"), ("claim_types", "fact_tagger"),
+                 ("predictions:hybrid-top3", "verifiers")}
+
+
+def test_the_estimate_counts_the_calls_of_a_verify_without_calling_a_model_or_registering(tmp_path):
+    (tmp_path / "review.txt").write_text(SHORT_REVIEW)
+    env = bare_env(tmp_path)
+    run = verify(env, "--pdf", str(SAMPLE_PDF), "--review", str(tmp_path / "review.txt"), "--estimate")
+    assert run.code == 0, run.stderr
+    rows = estimate_rows(run)
+    assert set(rows) == VERIFY_STAGES  # no labellers, no paper claims: an upload is no benchmark
+    assert rows[("review_claims", "extractor")]["calls"] == "1"  # the review's one section
+    assert {row["counted from"] for row in rows.values()} == {"upload"}
+    low, high = (int(n) for n in rows[("predictions:hybrid-top3", "verifiers")]["calls"].split("-"))
+    assert 1 <= low < high  # claims expected at the release's per-review averages
+    assert run.stdout.startswith("Estimate for upload-") and "no model was called" in run.stdout
+    assert not (tmp_path / "lake").exists()  # nothing registered, no ledger opened for writing
+    assert sorted(path.name for path in (tmp_path / "home").iterdir()) == ["dagster.yaml"]  # no run
+
+
+def test_the_estimate_of_a_verified_upload_is_counted_from_the_lake_all_in_the_ledger(lake, upload_runs):
+    args = ("--pdf", str(SAMPLE_PDF), "--review", str(lake["folder"] / "sample_review.json"),
+            "--review", str(lake["folder"] / "short_review.txt"), "--estimate")
+    registry = (lake["root"] / "uploads" / "venues.yaml").read_bytes()
+    run = verify(lake["env"], *args)
+    assert run.code == 0, run.stderr
+    assert run.stdout.startswith(f"Estimate for {venue_of(upload_runs[0])}:")
+    rows = estimate_rows(run)
+    assert set(rows) == VERIFY_STAGES
+    assert {(row["calls"], row["counted from"]) for row in rows.values()} == {("0", "lake")}
+    assert all(int(row["ledger_hits"]) > 0 for row in rows.values())
+    assert (lake["root"] / "uploads" / "venues.yaml").read_bytes() == registry
+
+
+def test_a_budget_stops_the_verify_after_its_first_live_call_and_leaves_nothing_half_written(tmp_path):
+    """`--max-tokens 1`: the extraction's one call (a scripted loopback model) spends it; the fact tagger's first
+    call is refused, no further run starts, and the upload stays registered whole, for a later verify to go on."""
+    (tmp_path / "review.txt").write_text(SHORT_REVIEW)
+    with ScriptedOpenAIServer(responder=scripted_answer) as server:
+        env = bare_env(tmp_path, PEERIFY_MODELS_FILE=str(priced_models(tmp_path, server.base_url)),
+                       LOOPBACK_API_KEY="k")
+        run = verify(env, "--pdf", str(SAMPLE_PDF), "--review", str(tmp_path / "review.txt"), "--max-tokens", "1")
+        made = server.request_count
+    assert run.code == 1, run.stderr[-3000:]
+    venue = re.search(r"verify of (upload-[0-9a-f]{12}) stopped: LLM budget spent after run", run.stderr).group(1)
+    assert "tokens reached the build budget of 1 tokens" in run.stderr
+    assert made == 1 and "LLM calls of this build: 1 made live" in run.stderr and "(budget 1 tokens)" in run.stderr
+    root = tmp_path / "lake"
+    assert (root / "review_claims" / f"{venue}.parquet").exists()  # the step before the budget ran out, whole
+    assert not (root / "claim_types" / f"{venue}.parquet").exists()
+    assert not list(root.glob(f"predictions/*|{venue}.parquet"))
+    assert not list((root / "uploads" / venue).glob("result.*"))  # no result page, no result data
+    assert not temporaries(root)
+    assert load_registry(REGISTRY, root / "uploads" / "venues.yaml")[venue].source == "upload"
+    assert run.stdout == ""  # no result printed

@@ -26,16 +26,15 @@ import textwrap
 import tty
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import TextIO
 
 import polars as pl
 
 from peerify_dagster import paths
-from peerify_dagster.cli.common import guarded, say
+from peerify_dagster.cli.common import guarded, refuse_upload, registered_venues, say
 from peerify_dagster.domain import arbitration, audit
 from peerify_dagster.domain.labels import LABELS
-from peerify_dagster.domain.venues import RegistryError, Venue, load_registry
+from peerify_dagster.domain.venues import RegistryError, Venue
 from peerify_dagster.resources import audit_sample
 from peerify_dagster.resources.annotation import (
     CANDIDATE_KEYS,
@@ -60,11 +59,12 @@ class ArbitrateError(Exception):
     """A mistake in the request (venue, missing table, ...), reported as one line with exit code 2."""
 
 
-def _venue(key: str) -> Venue:
-    registry_path = Path(paths.registry_path())
-    registry = load_registry(registry_path)
+def _venue(key: str, command: str) -> Venue:
+    registry = registered_venues()
     if key not in registry:
-        raise ArbitrateError(f"{registry_path}: venue {key!r} is not registered (known: {', '.join(sorted(registry))})")
+        raise ArbitrateError(f"{paths.registry_path()}: venue {key!r} is not registered (known: "
+                             f"{', '.join(sorted(registry))})")
+    refuse_upload(registry[key], command)
     return registry[key]
 
 
@@ -264,7 +264,7 @@ def _held(session: Session, item: Item, write: Callable[[str], None]) -> bool:
 
 # -- commands -----------------------------------------------------------------------------------------------------
 def cmd_arbitrate(args: argparse.Namespace) -> int:
-    venue = _venue(args.venue)
+    venue = _venue(args.venue, "`peerify arbitrate`")
     if not args.annotator.strip():
         raise ArbitrateError("--annotator must name the person deciding")
     session = Session(paths.lake_root(), venue.key, args.mode, args.annotator.strip())
@@ -305,7 +305,7 @@ def build_audit_sample(lake: Lake, venue: str, n: int, seed: int) -> tuple[pl.Da
 
 
 def cmd_audit_sample(args: argparse.Namespace) -> int:
-    venue = _venue(args.venue)
+    venue = _venue(args.venue, "`peerify audit sample`")
     seed = venue.seed if args.seed is None else args.seed
     lake = Lake(paths.lake_root())
     try:

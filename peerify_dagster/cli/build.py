@@ -16,11 +16,11 @@ import pyarrow.parquet as pq
 from peerify_dagster import paths
 from peerify_dagster.cli import report
 from peerify_dagster.cli.build_session import BudgetSpent, BuildInterrupted, BuildSession, StopSignals
-from peerify_dagster.cli.common import ConfigError, format_table, one_line, say
+from peerify_dagster.cli.common import ConfigError, format_table, one_line, refuse_upload, registered_venues, say
 from peerify_dagster.cli.home import check_dagster_home, open_home
 from peerify_dagster.domain.llm_stages import prompts_by_role
 from peerify_dagster.domain.release_import import IMPORTED_TABLES
-from peerify_dagster.domain.venues import SOURCE_RELEASE, Venue, load_registry, missing_files
+from peerify_dagster.domain.venues import SOURCE_RELEASE, Venue, missing_files
 from peerify_dagster.resources.decisions import ORPHANED_TABLE
 from peerify_dagster.resources.lake import SHARED_TABLES, SQL_DIR, Lake, partition_slug, unreadable_reason
 
@@ -59,11 +59,6 @@ def orphaned_decisions_line(lake: Lake, venue: str) -> str | None:
     what = "human decision no longer applies (its claim changed)" if count == 1 else \
         "human decisions no longer apply (their claims changed)"
     return f'{count} {what}: see `peerify sql "select * from {ORPHANED_TABLE}"`'
-
-
-def registered_venues() -> dict[str, Venue]:
-    """The repository's venue registry (PEERIFY_VENUES) with the lake's upload venues (`peerify verify`)."""
-    return load_registry(Path(paths.registry_path()), Path(paths.upload_registry_path()))
 
 
 def check_build_config(venue_key: str, configurations: list) -> Venue:
@@ -122,29 +117,39 @@ def check_configurations(venue_key: str, only: list[str] | None = None) -> list:
         raise ConfigError(f"cannot build {venue_key}: {one_line(exc)}") from None
 
 
-def print_estimate(venue_key: str, configurations: list) -> int:
-    """`peerify build V --estimate`: the calls, tokens and cost the build would make, every LLM stage, as a range;
-    no model called."""
+def print_estimate(venue: Venue, snapshot: Path, configurations: list, stages: Collection[str] | None = None,
+                   recording: Path | None = None) -> int:
+    """The calls, tokens and cost a build of the venue would make, every LLM stage (or `stages`), as a range, its
+    forums read from `snapshot` while nothing is built; no model called. `recording`: the LLM recording the build
+    installs first (its calls are free)."""
+    from peerify_dagster.estimate import estimate_build, format_estimate
+    from peerify_dagster.resources.llm_gateway import LLMGateway, LLMGatewayError
+
+    lake = Lake(paths.lake_root())
+    try:  # the gateway only reads the ledger here: not closed, so nothing is compacted or written
+        estimate = estimate_build(lake, venue, snapshot, configurations, LLMGateway(paths.lake_root()), stages)
+    except LLMGatewayError as exc:
+        raise ConfigError(f"cannot estimate {venue.key}: {one_line(exc)}") from None
+    print(format_estimate(estimate, venue.key))
+    if recording is not None:
+        recorded = pq.read_metadata(recording).num_rows
+        print(f"the venue's LLM recording ({recording}, {recorded} calls) answers every call it holds once the build "
+              "installs it: those calls are free, and the counts above, which assume none is, an upper bound")
+    return 0
+
+
+def print_build_estimate(venue_key: str, configurations: list) -> int:
+    """`peerify build V --estimate`: print_estimate of the registered venue."""
     registry_path = Path(paths.registry_path())
     registry = registered_venues()
     if venue_key not in registry:
         raise ConfigError(f"{registry_path}: venue {venue_key!r} is not registered")
-    from peerify_dagster.estimate import estimate_build, format_estimate
     from peerify_dagster.resources.dagster_resources import VenueRegistryResource
-    from peerify_dagster.resources.llm_gateway import LLMGateway, LLMGatewayError
 
-    lake = Lake(paths.lake_root())
-    snapshot = VenueRegistryResource(path=str(registry_path)).snapshot_dir(registry[venue_key], lake)
-    try:  # the gateway only reads the ledger here: not closed, so nothing is compacted or written
-        estimate = estimate_build(lake, registry[venue_key], snapshot, configurations, LLMGateway(paths.lake_root()))
-    except LLMGatewayError as exc:
-        raise ConfigError(f"cannot estimate {venue_key}: {one_line(exc)}") from None
-    print(format_estimate(estimate, venue_key))
-    if recording := registry[venue_key].llm_recording:
-        recorded = pq.read_metadata(registry_path.parent / recording).num_rows
-        print(f"the venue's LLM recording ({recording}, {recorded} calls) answers every call it holds once the build "
-              "installs it: those calls are free, and the counts above, which assume none is, an upper bound")
-    return 0
+    venue = registry[venue_key]
+    snapshot = VenueRegistryResource(path=str(registry_path)).snapshot_dir(venue, Lake(paths.lake_root()))
+    return print_estimate(venue, snapshot, configurations,
+                          recording=registry_path.parent / venue.llm_recording if venue.llm_recording else None)
 
 
 def _run_build(session: BuildSession, venue: Venue, configurations: list, args: argparse.Namespace, me: str) -> None:
@@ -190,9 +195,11 @@ def cmd_build(args: argparse.Namespace) -> int:
     for flag, limit in (("--max-cost-usd", args.max_cost_usd), ("--max-tokens", args.max_tokens)):
         if limit is not None and limit < 0:
             raise ConfigError(f"{flag} {limit}: a budget is zero or more")
+    if (registered := registered_venues().get(args.venue)) is not None:
+        refuse_upload(registered, "`peerify build`")
     configurations = check_configurations(args.venue, args.configuration)
     if args.estimate:
-        return print_estimate(args.venue, configurations)
+        return print_build_estimate(args.venue, configurations)
     venue = check_build_config(args.venue, configurations)
     lake = Lake(paths.lake_root())
     if args.configuration and not lake.table_path("retrieval_runs", venue.key).exists():

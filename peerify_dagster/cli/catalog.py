@@ -8,8 +8,8 @@ from pathlib import Path
 import duckdb
 
 from peerify_dagster import paths
-from peerify_dagster.cli.common import EXIT_USAGE, format_table, say
-from peerify_dagster.domain.venues import SOURCE_RELEASE, SOURCES, RegistryError, Venue, add_venue, load_registry
+from peerify_dagster.cli.common import EXIT_USAGE, format_table, registered_venues, say
+from peerify_dagster.domain.venues import SOURCE_RELEASE, SOURCE_UPLOAD, SOURCES, RegistryError, Venue, add_venue
 from peerify_dagster.resources.lake import CatalogBusyError, Lake, WriteStatementError
 
 
@@ -56,10 +56,15 @@ def cmd_sql(args: argparse.Namespace) -> int:
 
 
 def cmd_venues_list(args: argparse.Namespace) -> int:
-    registry = load_registry(Path(paths.registry_path()))
-    rows = [(v.key, v.openreview_id, v.source, v.seed, v.sample_size, v.release or v.snapshot)
+    registry = registered_venues()
+    rows = [(v.key, v.openreview_id, v.source, v.seed, v.sample_size, v.release or v.snapshot,
+             "lake (peerify verify)" if v.source == SOURCE_UPLOAD else "repository")
             for v in registry.values()]
-    print(format_table(["venue", "openreview_id", "source", "seed", "sample_size", "folder"], rows))
+    print(format_table(["venue", "openreview_id", "source", "seed", "sample_size", "folder", "registered in"], rows))
+    if uploads := sum(v.source == SOURCE_UPLOAD for v in registry.values()):
+        print(f"\n{uploads} upload venue{'s' * (uploads != 1)} of `peerify verify` (one paper and its reviews each, "
+              "built up to its predictions; no labels, slices or report), registered in "
+              f"{paths.upload_registry_path()}")
     return 0
 
 

@@ -1,5 +1,7 @@
 """What every `peerify` subcommand module shares: one way to print a message and a table, the exit code of a usage
-error, and the wrapper that turns a command's expected errors into that message and exit code. Loads no Dagster."""
+error, the wrapper that turns a command's expected errors into that message and exit code, and the registered venues
+(the repository's and the lake's uploads) with the refusal of an upload where a benchmark is needed. Loads no
+Dagster."""
 
 from __future__ import annotations
 
@@ -7,6 +9,10 @@ import argparse
 import functools
 import sys
 from collections.abc import Callable
+from pathlib import Path
+
+from peerify_dagster import paths
+from peerify_dagster.domain.venues import SOURCE_UPLOAD, Venue, load_registry
 
 EXIT_USAGE = 2
 
@@ -15,6 +21,22 @@ Command = Callable[[argparse.Namespace], int]
 
 class ConfigError(Exception):
     """A configuration mistake, reported as its one-line message with exit code 2."""
+
+
+def registered_venues() -> dict[str, Venue]:
+    """Every venue a command may name: the repository's registry (PEERIFY_VENUES) with the lake's upload venues
+    (`peerify verify`, paths.upload_registry_path)."""
+    return load_registry(Path(paths.registry_path()), Path(paths.upload_registry_path()))
+
+
+def refuse_upload(venue: Venue, command: str) -> None:
+    """ConfigError for an upload venue of `peerify verify` given to a command that builds or reads a benchmark
+    (labels, arbitration, slices, metrics): an upload is one paper, built by `peerify verify` up to its predictions."""
+    if venue.source == SOURCE_UPLOAD:
+        raise ConfigError(f"venue {venue.key!r} is an upload of `peerify verify` (one paper and its reviews, built "
+                          f"up to its predictions): {command} is for a benchmark venue (labels, slices, metrics), "
+                          "which an upload never is; `peerify verify` builds it, and its result is "
+                          f"{Path(paths.uploads_root()) / venue.key / 'result.html'}")
 
 
 def say(line: str) -> None:

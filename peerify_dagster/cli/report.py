@@ -13,8 +13,7 @@ from pathlib import Path
 
 from peerify_dagster import paths
 from peerify_dagster.cli.home import open_home, run_job
-from peerify_dagster.cli.common import ConfigError, guarded, say
-from peerify_dagster.domain.venues import load_registry
+from peerify_dagster.cli.common import ConfigError, guarded, refuse_upload, registered_venues, say
 from peerify_dagster.resources.lake import Lake
 from peerify_dagster.resources.report_files import REPORT_HTML, REPORT_MARKDOWN, report_folder
 
@@ -48,10 +47,10 @@ def cmd_report(args: argparse.Namespace) -> int:
     from peerify_dagster.partitions import add_venue_partitions
     from peerify_dagster.resources import runs
 
-    registry_path = Path(paths.registry_path())
-    venue = load_registry(registry_path).get(args.venue)
+    venue = registered_venues().get(args.venue)
     if venue is None:
-        raise ConfigError(f"{registry_path}: venue {args.venue!r} is not registered")
+        raise ConfigError(f"{paths.registry_path()}: venue {args.venue!r} is not registered")
+    refuse_upload(venue, "`peerify report`")
     lake = Lake(paths.lake_root())
     if not lake.table_path("benchmark_slices", args.venue).exists():
         raise ConfigError(f"venue {args.venue!r} is not built in {lake.root}: build it first "

@@ -38,7 +38,7 @@ def upload_from_files(pdf: str, reviews: list[str], responses: list[str], max_pd
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from peerify_dagster.verification_runs import VerificationRequest, max_pdf_bytes
+    from peerify_dagster.verification_runs import VerificationRequest, max_pdf_bytes, print_estimate
 
     for flag, limit in (("--max-cost-usd", args.max_cost_usd), ("--max-tokens", args.max_tokens)):
         if limit is not None and limit < 0:
@@ -55,7 +55,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
             upload=None if by_forum else upload_from_files(args.pdf, args.review, args.response or [], limit),
             venue=args.venue, forum=args.forum, configurations=tuple(args.configuration or ()),
             max_cost_usd=args.max_cost_usd, max_tokens=args.max_tokens)
-        return _verify(request)
+        return print_estimate(request) if args.estimate else _verify(request)
     except uploads.UploadError as refused:
         raise ConfigError(str(refused)) from None
 
@@ -105,6 +105,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     verify.add_argument("--forum", metavar="ID", help="the forum (paper) id in --venue")
     verify.add_argument("--configuration", action="append", metavar="NAME",
                         help="a configuration of configurations.yaml (repeatable; default: its `upload_venues:`)")
+    verify.add_argument("--estimate", action="store_true",
+                        help="print the LLM calls, tokens and cost the verification would make (claim extraction, "
+                             "fact tagging, each configuration's verifiers; ranges, as `peerify build --estimate`) "
+                             "without calling any model or registering anything")
     verify.add_argument("--max-cost-usd", type=float, metavar="USD",
                         help="the LLM budget of the whole verification (ledger hits are free)")
     verify.add_argument("--max-tokens", type=int, metavar="N", help="the same budget in tokens (input + output)")
