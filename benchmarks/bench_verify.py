@@ -3,7 +3,7 @@ with every call made live (the offline profile: SmolLM2 on this machine's CPU; a
 recording), then the same input again, every call answered from the ledger: in the same process, and by the
 `peerify verify` command (a new process, which loads Dagster, Docling and the embedding model again).
 
-Runs `verification_runs.run_verification` (what `peerify verify` and the web app's worker run) in this process on a
+Runs `cli.verification.run_verification` (what `peerify verify` and the web app's worker run) in this process on a
 temporary lake and Dagster home, with a thread watching the ledger: the first verdict is the first verifier call the
 run records (live), or, when the ledger answers them all, the end of the predictions run (its verdicts are written
 together). "To the verifier" is the time before the first predictions run starts (registering, parsing, claims,
@@ -65,7 +65,8 @@ class LedgerWatch:
 
 def verify_once(request, label: str) -> dict:  # noqa: ANN001 - a VerificationRequest
     from peerify_dagster import paths
-    from peerify_dagster.verification_runs import PREDICTING, WRITING, run_verification
+    from peerify_dagster.cli.verification import run_verification
+    from peerify_dagster.domain.uploads import PREDICTING, WRITING
 
     marks: dict[str, float] = {}
     started, since = time.monotonic(), datetime.now(timezone.utc)
@@ -113,7 +114,7 @@ def main() -> int:
         os.environ.update(PEERIFY_LAKE=str(Path(scratch) / "lake"), PEERIFY_VENUES=str(REPO / "venues.yaml"),
                           DAGSTER_HOME=str(home))
         from peerify_dagster.domain import uploads
-        from peerify_dagster.verification_runs import VerificationRequest
+        from peerify_dagster.domain.uploads import VerificationRequest
 
         note = next(n for n in json.loads((SAMPLE / "forums" / f"{FORUM}.json").read_text())["notes"]
                     if n["id"] == REVIEW)

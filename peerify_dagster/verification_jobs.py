@@ -3,7 +3,7 @@ whole or not at all, with its PDF beside it) with its status, phase, message and
 restart loses nothing.
 
 One worker thread of the server runs one job at a time, each in a child process (`python -m
-peerify_dagster.verification_jobs <job id>`) that calls `verification_runs.run_verification` in the server's lake
+peerify_dagster.cli.verification <job id>`) that calls `run_verification` in the server's lake
 and reports every phase into the job file: the build's Dagster runs, Docling and the local model stay out of the
 server's process (pages keep answering while a job runs) and the lake is the child's environment, not a change to the
 server's. The child ends with the server (parent-death signal: it stops after the run in progress and puts its job
@@ -14,7 +14,6 @@ the ledger every call already made. Starting the server runs nothing else: only 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import fcntl
 import json
 import os
@@ -36,6 +35,9 @@ from peerify_dagster.domain import uploads
 from peerify_dagster.resources.files import write_atomic, write_json_atomic
 from peerify_dagster.resources.processes import process_alive, process_start_time
 
+# What the worker runs for a job: `python -m` this module runs one job (the verification's own code lives there).
+CHILD_MODULE = "peerify_dagster.cli.verification"
+
 JOBS_DIR = "jobs"  # under the lake's uploads/
 JOB_ID = re.compile(r"^[0-9a-f]{16}$")
 QUEUED, RUNNING, DONE, FAILED = "queued", "running", "done", "failed"
@@ -43,11 +45,11 @@ PDF_FILE = "paper.pdf"
 STDERR_TAIL = 2000  # characters of a crashed child's output kept as the job's error
 
 
-def _now() -> str:
+def now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
 
 
-def request_record(request) -> dict[str, Any]:  # noqa: ANN001 - a VerificationRequest
+def request_record(request: uploads.VerificationRequest) -> dict[str, Any]:
     """A request as its job file keeps it (the PDF bytes apart, in the job's folder)."""
     upload = request.upload
     return {"upload": None if upload is None else {
@@ -68,12 +70,12 @@ class JobStore:
             raise KeyError(job_id)
         return self.folder / f"{job_id}.json"
 
-    def submit(self, request) -> dict[str, Any]:  # noqa: ANN001 - a VerificationRequest
+    def submit(self, request: uploads.VerificationRequest) -> dict[str, Any]:
         job_id = secrets.token_hex(8)
         if request.upload is not None:
             write_atomic(self.folder / job_id / PDF_FILE, request.upload.pdf)
         job = {"id": job_id, "status": QUEUED, "phase": "queued", "message": "waiting for the worker", "percent": 0.0,
-               "history": [], "submitted_at": _now(), "order": time.time_ns(), "request": request_record(request),
+               "history": [], "submitted_at": now(), "order": time.time_ns(), "request": request_record(request),
                "venue": None, "usage": None, "error": None, "worker": None}
         write_json_atomic(self.path(job_id), job)
         return job
@@ -112,17 +114,15 @@ class JobStore:
             if job is None:
                 raise KeyError(job_id)
             if not job["history"] or job["history"][-1]["phase"] != phase:
-                job["history"].append({"phase": phase, "at": _now()})
+                job["history"].append({"phase": phase, "at": now()})
             job.update(phase=phase, message=message, percent=round(percent, 1))
             write_json_atomic(self.path(job_id), job)
 
-    def request(self, job: dict[str, Any]):  # noqa: ANN201 - a VerificationRequest
+    def request(self, job: dict[str, Any]) -> uploads.VerificationRequest:
         """The job's request, its PDF read back from the job's folder."""
-        from peerify_dagster.verification_runs import VerificationRequest
-
         record = job["request"]
         upload = record["upload"]
-        return VerificationRequest(
+        return uploads.VerificationRequest(
             upload=None if upload is None else uploads.Upload(
                 pdf=(self.folder / job["id"] / PDF_FILE).read_bytes(), pdf_name=upload["pdf_name"],
                 reviews=tuple(uploads.UploadedText(**text) for text in upload["reviews"]),
@@ -147,7 +147,7 @@ class JobStore:
             job = self.get(job_id)
             if job is None or job["status"] != QUEUED:
                 return False
-            job.update(status=RUNNING, started_at=_now(), error=None, worker=None)
+            job.update(status=RUNNING, started_at=now(), error=None, worker=None)
             write_json_atomic(self.path(job_id), job)
             return True
 
@@ -168,13 +168,11 @@ def _worker_alive(job: dict[str, Any]) -> bool:
 def phase_steps(job: dict[str, Any]) -> list[tuple[str, str]]:
     """The job's phases in order (one `predicting <configuration>` each), with their state: done, current, failed or
     pending."""
-    from peerify_dagster.verification_runs import PHASES, PREDICTING
-
     seen = [entry["phase"] for entry in job["history"]]
     steps = []
-    for phase in PHASES:
-        steps += ([name for name in seen if name.startswith(f"{PREDICTING} ")] or [PREDICTING]) \
-            if phase == PREDICTING else [phase]
+    for phase in uploads.PHASES:
+        steps += ([name for name in seen if name.startswith(f"{uploads.PREDICTING} ")] or [uploads.PREDICTING]) \
+            if phase == uploads.PREDICTING else [phase]
     reached = max((steps.index(name) for name in seen if name in steps), default=-1)
     states = []
     for index, name in enumerate(steps):
@@ -222,7 +220,7 @@ class Worker:
                 self._run(job)
             except (OSError, KeyError, ValueError) as error:  # the job's files: the worker goes on with the next job
                 with contextlib.suppress(OSError, KeyError, ValueError):
-                    self.store.update(job["id"], status=FAILED, finished_at=_now(), worker=None,
+                    self.store.update(job["id"], status=FAILED, finished_at=now(), worker=None,
                                       error=f"the worker could not run the job: {error}")
 
     def _run(self, job: dict[str, Any]) -> None:
@@ -232,7 +230,7 @@ class Worker:
         log = self.store.folder / job["id"] / "worker.log"
         log.parent.mkdir(parents=True, exist_ok=True)
         with open(log, "w") as output:
-            command = [sys.executable, "-m", __name__, job["id"], str(os.getpid())]
+            command = [sys.executable, "-m", CHILD_MODULE, job["id"], str(os.getpid())]
             child = subprocess.Popen(command, env=env, stdout=output, stderr=subprocess.STDOUT)
             self._child = child
             self.store.update(job["id"], worker={"pid": child.pid, "start": process_start_time(child.pid)})
@@ -240,53 +238,6 @@ class Worker:
             self._child = None
         ended = self.store.get(job["id"]) or {}
         if ended.get("status") == RUNNING:  # the child died without a word: its output says why
-            self.store.update(job["id"], status=FAILED, finished_at=_now(), worker=None,
+            self.store.update(job["id"], status=FAILED, finished_at=now(), worker=None,
                               error=f"the verification process ended with exit code {child.returncode}: "
                                     f"{log.read_text(errors='replace')[-STDERR_TAIL:]}")
-
-
-def _die_with(parent_pid: int) -> None:
-    """Have the kernel send this process SIGTERM when its parent (the server) dies (Linux PR_SET_PDEATHSIG)."""
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM))  # 1 = PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        return
-    if os.getppid() != parent_pid:  # the parent died before the signal was armed
-        os.kill(os.getpid(), signal.SIGTERM)
-
-
-def run_job(job_id: str, parent_pid: int | None = None) -> int:
-    """The child process: run one job of the lake (PEERIFY_LAKE, set by the worker), reporting into its file."""
-    from peerify_dagster import paths
-    from peerify_dagster.cli.build_session import BuildInterrupted, StopSignals
-    from peerify_dagster.cli.common import ConfigError
-    from peerify_dagster.verification_runs import run_verification
-
-    store = JobStore(paths.lake_root())
-    job = store.get(job_id)
-    if job is None:
-        return 2
-    with StopSignals() as stop:
-        if parent_pid is not None:
-            _die_with(parent_pid)
-        try:
-            outcome = run_verification(store.request(job), lambda phase, message, percent: store.progress(
-                job_id, phase, message, percent), stop, holder=f"web verification job {job_id} (pid {os.getpid()})")
-        except BuildInterrupted as interrupted:
-            store.update(job_id, status=QUEUED, worker=None,
-                         message=f"re-queued: {interrupted.describe()}; it runs again when the server is back")
-            return interrupted.exit_code
-        except (uploads.UploadError, ConfigError) as refused:
-            store.update(job_id, status=FAILED, finished_at=_now(), worker=None, error=str(refused))
-            return 2
-    if not outcome.succeeded:
-        store.update(job_id, status=FAILED, finished_at=_now(), worker=None, venue=outcome.venue,
-                     usage=outcome.usage, error=outcome.failure)
-        return 1
-    store.update(job_id, status=DONE, finished_at=_now(), worker=None, venue=outcome.venue, usage=outcome.usage,
-                 claims=len(outcome.summary.claims), seconds=round(outcome.seconds, 1), percent=100.0)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(run_job(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else None))

@@ -248,7 +248,7 @@ def test_the_result_lists_each_claim_with_its_verdicts_and_the_passages_shown():
 
 
 def test_the_result_page_is_one_self_contained_file_quoting_the_evidence():
-    from peerify_dagster.verification_runs import render_result
+    from peerify_dagster.cli.verification import render_result
 
     page = render_result(_result())
     assert "<script" not in page and "<link" not in page and "src=" not in page  # nothing fetched

@@ -16,7 +16,7 @@ import pytest
 
 from peerify_dagster.resources.lake import Lake
 from peerify_dagster.verification_jobs import DONE, QUEUED, RUNNING, JobStore, phase_steps
-from peerify_dagster.verification_runs import VerificationRequest
+from peerify_dagster.domain.uploads import VerificationRequest
 from tests.cli_support import dead_pid
 from tests.web_support import copy_lake, live_server
 

@@ -1,5 +1,5 @@
 """`peerify verify`: one review checked against its manuscript through the code location's own graph
-(peerify_dagster/verification_runs.py), the claims printed with their verdicts and evidence and written as one HTML
+(peerify_dagster/cli/verification.py), the claims printed with their verdicts and evidence and written as one HTML
 page. Every input is checked before anything is registered or built: a refused input is one line naming the file
 (or forum) and the reason, exit code 2."""
 
@@ -38,7 +38,7 @@ def upload_from_files(pdf: str, reviews: list[str], responses: list[str], max_pd
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from peerify_dagster.verification_runs import VerificationRequest, max_pdf_bytes, print_estimate
+    from peerify_dagster.cli.verification import print_estimate
 
     for flag, limit in (("--max-cost-usd", args.max_cost_usd), ("--max-tokens", args.max_tokens)):
         if limit is not None and limit < 0:
@@ -49,9 +49,9 @@ def cmd_verify(args: argparse.Namespace) -> int:
                           "reviews and author responses are in the forum)")
     if not (args.venue and args.forum if by_forum else args.pdf and args.review):
         raise ConfigError("verify needs --pdf PAPER.pdf --review REVIEW (one or more), or --venue V --forum ID")
-    limit = int(args.max_pdf_mb * 2**20) if args.max_pdf_mb is not None else max_pdf_bytes()
     try:
-        request = VerificationRequest(
+        limit = int(args.max_pdf_mb * 2**20) if args.max_pdf_mb is not None else uploads.max_pdf_bytes()
+        request = uploads.VerificationRequest(
             upload=None if by_forum else upload_from_files(args.pdf, args.review, args.response or [], limit),
             venue=args.venue, forum=args.forum, configurations=tuple(args.configuration or ()),
             max_cost_usd=args.max_cost_usd, max_tokens=args.max_tokens)
@@ -60,9 +60,9 @@ def cmd_verify(args: argparse.Namespace) -> int:
         raise ConfigError(str(refused)) from None
 
 
-def _verify(request) -> int:  # noqa: ANN001 - a VerificationRequest
+def _verify(request: uploads.VerificationRequest) -> int:
     from peerify_dagster.cli.build_session import BuildInterrupted, StopSignals
-    from peerify_dagster.verification_runs import run_verification
+    from peerify_dagster.cli.verification import run_verification
 
     def progress(phase: str, message: str, percent: float) -> None:
         say(f"[{percent:3.0f}%] {message}")

@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -34,6 +35,12 @@ from peerify_dagster.domain.pdfs import PdfInfo, PdfProblem, inspect_pdf
 from peerify_dagster.domain.venues import UPLOAD_KEY_PREFIX
 
 DEFAULT_MAX_PDF_MB = 50
+MAX_PDF_MB_ENV = "PEERIFY_MAX_PDF_MB"
+# The phases of a verification, and the progress percent at which each starts (the predictions share their span).
+REGISTERING, PARSING, EXTRACTING, RETRIEVAL, PREDICTING, WRITING = (
+    "registering", "parsing the manuscript", "extracting claims", "retrieval", "predicting", "writing the result")
+PHASES = (REGISTERING, PARSING, EXTRACTING, RETRIEVAL, PREDICTING, WRITING)  # predicting: one per configuration
+PHASE_START = {REGISTERING: 0.0, PARSING: 5.0, EXTRACTING: 30.0, RETRIEVAL: 55.0, PREDICTING: 65.0, WRITING: 95.0}
 UPLOAD_VENUE_ROOT = "Peerify/Upload"  # an uploaded paper's venue id: `Peerify/Upload/<key>`
 REVIEW_FIELD = "review"  # the one field of a review given as plain text without OpenReview's field labels
 RESPONSE_FIELD = "comment"  # an author response's text, as in an OpenReview Official_Comment
@@ -458,3 +465,33 @@ def forum_choices(built: Mapping[str, tuple[Iterable[Mapping[str, Any]], Iterabl
         choices += sorted(((venue, row["paper_id"], row["title"] or row["paper_id"]) for row in submissions
                            if row["paper_id"] in usable and NOTE_ID.match(row["paper_id"])), key=lambda c: c[2])
     return choices
+
+
+def max_pdf_bytes(environ: Mapping[str, str] = os.environ) -> int:
+    """The upload limit of a PDF: PEERIFY_MAX_PDF_MB, else 50 MB."""
+    raw = environ.get(MAX_PDF_MB_ENV)
+    try:
+        megabytes = float(raw) if raw else DEFAULT_MAX_PDF_MB
+    except ValueError:
+        raise UploadError(f"{MAX_PDF_MB_ENV}={raw!r}: a number of megabytes") from None
+    return int(megabytes * 2**20)
+
+
+@dataclass(frozen=True)
+class VerificationRequest:
+    """What to verify: `upload` (a paper and its reviews), or `venue` + `forum` (one forum of a built venue); the
+    configurations to predict with (none: configurations.yaml `upload_venues:`) and the LLM budget of the build."""
+
+    upload: Upload | None = None
+    venue: str | None = None
+    forum: str | None = None
+    configurations: tuple[str, ...] = ()
+    max_cost_usd: float | None = None
+    max_tokens: int | None = None
+
+    def describe(self) -> str:
+        if self.upload is not None:
+            reviews, responses = len(self.upload.reviews), len(self.upload.responses)
+            return (f"{PurePath(self.upload.pdf_name).name} with {reviews} review{'s' * (reviews != 1)}"
+                    + (f" and {responses} author response{'s' * (responses != 1)}" if responses else ""))
+        return f"forum {self.forum} of venue {self.venue}"

@@ -27,7 +27,6 @@ from peerify_dagster import paths
 from peerify_dagster.domain import uploads
 from peerify_dagster.domain.venues import UPLOAD_KEY_PREFIX
 from peerify_dagster.verification_jobs import DONE, FAILED, JobStore, Worker, phase_steps
-from peerify_dagster.verification_runs import VerificationRequest, max_pdf_bytes
 from peerify_dagster.web.pages import lake_data, render, settings, venue_url
 from peerify_dagster.web.security import limited_body
 
@@ -78,7 +77,7 @@ def _form_page(request: Request, error: str | None = None, given: dict | None = 
     return render(request, "verify/index.html", {
         "error": error, "given": given or {}, "configurations": names, "default_configurations": defaults,
         "forums": _forums(request), "jobs": _store(request).jobs()[:20],
-        "max_pdf": uploads.size_text(max_pdf_bytes())}, status_code=status_code)
+        "max_pdf": uploads.size_text(uploads.max_pdf_bytes())}, status_code=status_code)
 
 
 async def verify_page(request: Request):
@@ -95,7 +94,7 @@ async def _given_text(form, text_field: str, file_field: str, pasted_name: str) 
 
 async def submit(request: Request):
     """Check the input before anything runs, then queue the job."""
-    limit = max_pdf_bytes()
+    limit = uploads.max_pdf_bytes()
     await limited_body(request, limit + TEXT_FIELDS_BYTES)
     form = await request.form()
     given = {"mode": str(form.get("mode") or "upload"), "forum": str(form.get("forum") or ""),
@@ -116,12 +115,13 @@ async def submit(request: Request):
 
 
 async def _request(form, given: dict, configurations: tuple[str, ...],  # noqa: ANN001 - a FormData
-                   limit: int) -> VerificationRequest:
+                   limit: int) -> uploads.VerificationRequest:
     if given["mode"] == "forum":
         venue, _, forum = given["forum"].rpartition("|")
         if not venue or not forum:
             raise uploads.UploadError("choose a forum of a built venue")
-        return VerificationRequest(venue=venue, forum=uploads.check_forum_id(forum), configurations=configurations)
+        return uploads.VerificationRequest(venue=venue, forum=uploads.check_forum_id(forum),
+                                           configurations=configurations)
     pdf = form.get("pdf")
     if not isinstance(pdf, UploadFile) or not pdf.filename:
         raise uploads.UploadError("choose the paper's PDF to upload")
@@ -133,7 +133,7 @@ async def _request(form, given: dict, configurations: tuple[str, ...],  # noqa: 
     name, response = await _given_text(form, "response_text", "response_file", PASTED_RESPONSE)
     if response.strip():  # optional
         responses += uploads.read_responses(name, response)
-    return VerificationRequest(upload=uploads.Upload(pdf=data, pdf_name=Path(pdf.filename).name,
+    return uploads.VerificationRequest(upload=uploads.Upload(pdf=data, pdf_name=Path(pdf.filename).name,
                                                      reviews=tuple(reviews), responses=tuple(responses)),
                                configurations=configurations)
 

@@ -10,21 +10,35 @@ the same venue (a content-addressed key), so a second run finds every call in th
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import json
 import os
+import signal
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from pathlib import Path, PurePath
+from pathlib import Path
 
 from peerify_dagster import paths
+from peerify_dagster.cli.build_session import BuildInterrupted, StopSignals
 from peerify_dagster.cli.common import ConfigError, registered_venues, say
 from peerify_dagster.domain import uploads
 from peerify_dagster.domain.llm_stages import EXTRACTION, PREDICTIONS, STAGES_BY_NAME, TAGGING
 from peerify_dagster.domain.predictions import prediction_key
+from peerify_dagster.domain.uploads import (
+    EXTRACTING,
+    PARSING,
+    PHASE_START,
+    PREDICTING,
+    REGISTERING,
+    RETRIEVAL,
+    WRITING,
+    VerificationRequest,
+)
 from peerify_dagster.domain.venues import (
     SOURCE_RELEASE,
     SOURCE_UPLOAD,
@@ -32,50 +46,15 @@ from peerify_dagster.domain.venues import (
     Venue,
     upload_registry_text,
 )
+from peerify_dagster.verification_jobs import DONE, FAILED, QUEUED, JobStore, now
 
-# The phases of a verification, and the progress percent at which each starts (the predictions share their span).
-REGISTERING, PARSING, EXTRACTING, RETRIEVAL, PREDICTING, WRITING = (
-    "registering", "parsing the manuscript", "extracting claims", "retrieval", "predicting", "writing the result")
-PHASES = (REGISTERING, PARSING, EXTRACTING, RETRIEVAL, PREDICTING, WRITING)  # predicting: one per configuration
-PHASE_START = {REGISTERING: 0.0, PARSING: 5.0, EXTRACTING: 30.0, RETRIEVAL: 55.0, PREDICTING: 65.0, WRITING: 95.0}
 # The LLM stages an upload's build runs, and their roles: its review's claims are extracted and typed, then verified.
 VERIFY_STAGES = (EXTRACTION, TAGGING, PREDICTIONS)
 VERIFY_ROLES = tuple(role for stage in VERIFY_STAGES for role in STAGES_BY_NAME[stage].roles)
-MAX_PDF_MB_ENV = "PEERIFY_MAX_PDF_MB"
 RESULT_TEMPLATE = "verify/result_page.html"
-TEMPLATES_DIR = Path(__file__).parent / "web" / "templates"
+TEMPLATES_DIR = Path(__file__).parent.parent / "web" / "templates"
 
 Progress = Callable[[str, str, float], None]  # (phase, message, percent)
-
-
-def max_pdf_bytes() -> int:
-    """The upload limit of a PDF: PEERIFY_MAX_PDF_MB, else 50 MB."""
-    raw = os.environ.get(MAX_PDF_MB_ENV)
-    try:
-        megabytes = float(raw) if raw else uploads.DEFAULT_MAX_PDF_MB
-    except ValueError:
-        raise ConfigError(f"{MAX_PDF_MB_ENV}={raw!r}: a number of megabytes") from None
-    return int(megabytes * 2**20)
-
-
-@dataclass(frozen=True)
-class VerificationRequest:
-    """What to verify: `upload` (a paper and its reviews), or `venue` + `forum` (one forum of a built venue); the
-    configurations to predict with (none: configurations.yaml `upload_venues:`) and the LLM budget of the build."""
-
-    upload: uploads.Upload | None = None
-    venue: str | None = None
-    forum: str | None = None
-    configurations: tuple[str, ...] = ()
-    max_cost_usd: float | None = None
-    max_tokens: int | None = None
-
-    def describe(self) -> str:
-        if self.upload is not None:
-            reviews, responses = len(self.upload.reviews), len(self.upload.responses)
-            return (f"{PurePath(self.upload.pdf_name).name} with {reviews} review{'s' * (reviews != 1)}"
-                    + (f" and {responses} author response{'s' * (responses != 1)}" if responses else ""))
-        return f"forum {self.forum} of venue {self.venue}"
 
 
 @dataclass
@@ -379,3 +358,46 @@ def write_result(summary: uploads.ResultSummary, folder: Path) -> Path:
     write_json_atomic(folder / "result.json", summary.as_dict())
     write_atomic(folder / "result.html", render_result(summary).encode())
     return folder / "result.html"
+
+
+# -- the web app's verification jobs: the child process its worker starts ------------------------------
+def _die_with(parent_pid: int) -> None:
+    """Have the kernel send this process SIGTERM when its parent (the server) dies (Linux PR_SET_PDEATHSIG)."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM))  # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent_pid:  # the parent died before the signal was armed
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+def run_job(job_id: str, parent_pid: int | None = None) -> int:
+    """The child process: run one job of the lake (PEERIFY_LAKE, set by the worker), reporting into its file."""
+    store = JobStore(paths.lake_root())
+    job = store.get(job_id)
+    if job is None:
+        return 2
+    with StopSignals() as stop:
+        if parent_pid is not None:
+            _die_with(parent_pid)
+        try:
+            outcome = run_verification(store.request(job), lambda phase, message, percent: store.progress(
+                job_id, phase, message, percent), stop, holder=f"web verification job {job_id} (pid {os.getpid()})")
+        except BuildInterrupted as interrupted:
+            store.update(job_id, status=QUEUED, worker=None,
+                         message=f"re-queued: {interrupted.describe()}; it runs again when the server is back")
+            return interrupted.exit_code
+        except (uploads.UploadError, ConfigError) as refused:
+            store.update(job_id, status=FAILED, finished_at=now(), worker=None, error=str(refused))
+            return 2
+    if not outcome.succeeded:
+        store.update(job_id, status=FAILED, finished_at=now(), worker=None, venue=outcome.venue, usage=outcome.usage,
+                     error=outcome.failure)
+        return 1
+    store.update(job_id, status=DONE, finished_at=now(), worker=None, venue=outcome.venue, usage=outcome.usage,
+                 claims=len(outcome.summary.claims), seconds=round(outcome.seconds, 1), percent=100.0)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_job(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else None))
