@@ -94,7 +94,7 @@ def test_cli_venues_add_and_sql(tmp_path, monkeypatch, capsys):
 
 def test_an_upload_venue_is_listed_as_one_and_refused_by_the_commands_of_a_benchmark(tmp_path, monkeypatch, capsys):
     """`peerify verify` registers its venues in the lake's upload registry: `venues list` shows them as uploads, and
-    report, arbitrate and build (labels, slices, metrics: a benchmark's) refuse one in one line saying why."""
+    report, arbitrate, build and release (labels, slices, metrics: a benchmark's) refuse one in one line saying why."""
     upload = "upload-0123456789ab"
     registry, uploads = tmp_path / "venues.yaml", tmp_path / "lake" / "uploads" / "venues.yaml"
     registry.write_text(GOOD_ENTRY)
@@ -111,11 +111,12 @@ def test_an_upload_venue_is_listed_as_one_and_refused_by_the_commands_of_a_bench
     assert rows["v"].split()[2] == "snapshot" and rows["v"].endswith("repository")
     assert f"1 upload venue of `peerify verify` (one paper and its reviews each" in out and f"in {uploads}" in out
     for command in (["report", "--venue", upload], ["arbitrate", "--venue", upload, "--annotator", "ann"],
-                    ["audit", "sample", "--venue", upload], ["build", upload]):
+                    ["audit", "sample", "--venue", upload], ["build", upload],
+                    ["release", "--venue", upload, "--version", "1.0.0"]):
         assert cli.main(command) == 2, command
         said = capsys.readouterr().err.strip()
         assert said.startswith(f"venue '{upload}' is an upload of `peerify verify`") and said.count("\n") == 0, said
-        named = " ".join(word for word in command if not word.startswith("-") and word not in (upload, "ann"))
+        named = " ".join(word for word in command if not word.startswith("-") and word not in (upload, "ann", "1.0.0"))
         assert f"`peerify {named}` is for a benchmark venue" in said, said
         assert said.endswith(f"its result is {uploads.parent / upload / 'result.html'}"), said
     assert not (tmp_path / "lake" / "submissions").exists()  # refused before any work

@@ -27,10 +27,10 @@ import pyarrow as pa
 
 from peerify_dagster import paths
 from peerify_dagster.cli.home import open_home, run_job
-from peerify_dagster.cli.common import EXIT_USAGE, ConfigError, guarded, say
+from peerify_dagster.cli.common import EXIT_USAGE, ConfigError, guarded, refuse_upload, registered_venues, say
 from peerify_dagster.domain import label_release as rel
 from peerify_dagster.domain.slices import SLICES, SliceConfig, label_distribution
-from peerify_dagster.domain.venues import RegistryError, load_registry
+from peerify_dagster.domain.venues import RegistryError
 from peerify_dagster.resources.lake import RELEASES_DIR, Lake
 
 EXIT_OK, EXIT_MISMATCH = 0, 1  # and common.EXIT_USAGE (2)
@@ -83,11 +83,12 @@ def cmd_release(args: argparse.Namespace) -> int:
         version = rel.check_version(args.version)
     except rel.ReleaseError as exc:
         raise ReleaseUsageError(str(exc)) from None
-    registry_path = Path(paths.registry_path())
-    registry = load_registry(registry_path)
+    registry = registered_venues()
     unknown = [venue for venue in args.venue if venue not in registry]
     if unknown:
-        raise ReleaseUsageError(f"{registry_path}: venue(s) {unknown} are not registered")
+        raise ReleaseUsageError(f"{paths.registry_path()}: venue(s) {unknown} are not registered")
+    for venue in dict.fromkeys(args.venue):
+        refuse_upload(registry[venue], "`peerify release`")
     target = Path(paths.lake_root()).resolve() / RELEASES_DIR / version
     if target.exists():
         raise ReleaseUsageError(f"release {version} already exists at {target}; a release is never overwritten: "
