@@ -17,7 +17,6 @@ from peerify_dagster.domain.claim_view import (
     SPAN_BEST_MATCH,
     ClaimFilter,
     ClaimTables,
-    answer_justification,
     chunk_pages,
     claim_call_ids,
     claim_detail,
@@ -28,6 +27,7 @@ from peerify_dagster.domain.claim_view import (
     page_view,
     slice_rows,
 )
+from peerify_dagster.domain.llm_calls import answer_justification
 
 REVIEW = "Summary: A method.\n\nWeaknesses: - The experiments stop at 100k nodes. - The paper is long."
 

@@ -10,6 +10,7 @@ import pytest
 
 from peerify_dagster.domain import uploads
 from peerify_dagster.domain.forum_tables import build_tables
+from peerify_dagster.domain.llm_calls import answer_justification
 from peerify_dagster.domain.predictions import load_configurations
 from peerify_dagster.domain.venues import (
     SOURCE_UPLOAD,
@@ -219,8 +220,8 @@ def _result() -> uploads.ResultSummary:
          "status": "too_long", "label": None, "call_id": None, "error": "does not fit", "evidence_chunk_ids": []}]
     runs = [{"claim_id": "c1", "retriever": "hybrid", "chunk_id": "P:0001:a", "score": 0.5, "status": "ok"},
             {"claim_id": "c1", "retriever": "hybrid", "chunk_id": "P:0002:b", "score": 0.25, "status": "ok"}]
-    reasons = {"call-1": uploads.justification('{"label": "Supported", "justification": " Section 3.1 says k = 8. "}'),
-               "call-2": uploads.justification("not json")}
+    reasons = {"call-1": answer_justification('{"label": "Supported", "justification": " Section 3.1 says k = 8. "}'),
+               "call-2": answer_justification("not json")}
     claim_rows = uploads.claim_results(claims, [{"claim_id": "c1", "claim_type": "factual"}], predictions, chunks,
                                        runs, reasons, ["hybrid-top3", "full-context"])
     return uploads.ResultSummary(venue="upload-x", title="ASR", origin="paper.pdf with 1 review(s)", pages=4,

@@ -27,6 +27,7 @@ from peerify_dagster import paths
 from peerify_dagster.cli.build_session import BuildInterrupted, StopSignals
 from peerify_dagster.cli.common import ConfigError, registered_venues, say
 from peerify_dagster.domain import uploads
+from peerify_dagster.domain.llm_calls import answer_justification
 from peerify_dagster.domain.llm_stages import EXTRACTION, PREDICTIONS, STAGES_BY_NAME, TAGGING
 from peerify_dagster.domain.predictions import prediction_key
 from peerify_dagster.domain.uploads import (
@@ -327,7 +328,7 @@ def read_summary(lake, venue: str, origin: str, configurations: Sequence[str]) -
 
     predictions = [row for name in configurations for row in table("predictions", prediction_key(venue, name))]
     ledger = CallLedger(lake.root)
-    reasons = {row["call_id"]: uploads.justification((ledger.lookup(row["call_id"]) or {}).get("parsed"))
+    reasons = {row["call_id"]: answer_justification((ledger.lookup(row["call_id"]) or {}).get("parsed"))
                for row in predictions if row["call_id"]}
     claims = uploads.claim_results(table("review_claims"), table("claim_types"), predictions, table("chunks"),
                                    table("retrieval_runs"), reasons, configurations)

@@ -10,7 +10,6 @@ values, so the pages hold no logic and the tests need no server.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections.abc import Mapping
@@ -22,6 +21,7 @@ import polars as pl
 from peerify_dagster.domain.arbitration import AGREED, UNLABELLED
 from peerify_dagster.domain.claims import SOURCE_FOLLOWUP, _content_words, _sentence_spans
 from peerify_dagster.domain.labelling import SOURCE_MANUSCRIPT, SOURCE_THREAD
+from peerify_dagster.domain.llm_calls import answer_justification
 from peerify_dagster.domain.metrics import ANSWER_KEY, one_label_warning
 from peerify_dagster.domain.predictions import (
     MODE_FULL_CONTEXT,
@@ -244,16 +244,6 @@ def mark_claim(text: str, claim_text: str, start: int | None, end: int | None, k
     # A review's first item of a section shares its sentence with the section's label ("Weaknesses: - ...").
     start = _SECTION_LEAD.match(text, best[0], best[1]).end()
     return MarkedText(text[:start], text[start:best[1]], text[best[1]:], SPAN_BEST_MATCH)
-
-
-def answer_justification(parsed: str | None) -> str | None:
-    """The justification a model gave with its label (the ledger's parsed JSON answer), when it gave one."""
-    try:
-        answer = json.loads(parsed) if parsed else None
-    except json.JSONDecodeError:
-        return None
-    value = answer.get("justification") if isinstance(answer, dict) else None
-    return value.strip() if isinstance(value, str) and value.strip() else None
 
 
 def chunk_pages(chunk: Mapping) -> list[int]:

@@ -166,6 +166,16 @@ def parse_answer(raw: str, schema: Mapping[str, Any] | None) -> ParsedAnswer:
     return ParsedAnswer(parsed=obj, parse_ok=True, label=label, problem=None)
 
 
+def answer_justification(parsed: str | None) -> str | None:
+    """The justification a model gave with its label (a ledger row's `parsed` JSON answer), when it gave one."""
+    try:
+        answer = json.loads(parsed) if parsed else None
+    except json.JSONDecodeError:
+        return None
+    value = answer.get("justification") if isinstance(answer, dict) else None
+    return value.strip() if isinstance(value, str) and value.strip() else None
+
+
 def estimate_cost_usd(
     tokens_in: int, tokens_out: int, price_in_per_million: float, price_out_per_million: float
 ) -> float:

@@ -387,16 +387,6 @@ class ResultSummary:
         return asdict(self)
 
 
-def justification(parsed_answer: str | None) -> str | None:
-    """The verifier's reason, from the ledger's parsed answer (JSON) of its call."""
-    try:
-        value = json.loads(parsed_answer or "null")
-    except json.JSONDecodeError:
-        return None
-    reason = value.get("justification") if isinstance(value, dict) else None
-    return reason.strip() or None if isinstance(reason, str) else None
-
-
 def claim_results(claims: Iterable[Mapping[str, Any]], claim_types: Iterable[Mapping[str, Any]],
                   predictions: Iterable[Mapping[str, Any]], chunks: Iterable[Mapping[str, Any]],
                   retrieval_runs: Iterable[Mapping[str, Any]], justifications: Mapping[str, str | None],
