@@ -6,7 +6,7 @@ import dagster as dg
 import polars as pl
 
 from peerify_dagster.domain import metrics as scores
-from peerify_dagster.partitions import VENUE_PREDICTIONS, built_prediction_keys, venue_partitions
+from peerify_dagster.partitions import VENUE_PREDICTIONS, venue_partitions
 from peerify_dagster.resources.dagster_resources import LakeResource
 
 METRICS_CODE_VERSION = "metrics-v2"
@@ -14,7 +14,7 @@ METRICS_CODE_VERSION = "metrics-v2"
 
 def venue_predictions(context: dg.AssetExecutionContext, lake: LakeResource) -> pl.DataFrame:
     """Every built predictions partition of the step's venue, read from the lake (see partitions.py)."""
-    return lake.read_built("predictions", built_prediction_keys(lake.lake(), context.partition_key))
+    return lake.read_built("predictions", lake.lake().prediction_keys(context.partition_key))
 
 
 @dg.asset(partitions_def=venue_partitions, group_name="metrics", kinds={"python", "parquet"},

@@ -11,8 +11,9 @@ from peerify_dagster.domain import label_metrics
 from peerify_dagster.domain import metrics as scores
 from peerify_dagster.domain import predictions as pred
 from peerify_dagster.domain.labelling import raw_label
+from peerify_dagster.domain.predictions import venue_and_configuration
 from peerify_dagster.domain.prompts import load_prompt, prompts_code_version
-from peerify_dagster.partitions import EVERY_PARTITION, prediction_partitions, venue_and_configuration
+from peerify_dagster.partitions import EVERY_PARTITION, prediction_partitions
 from peerify_dagster.resources.dagster_resources import (
     LakeResource,
     LLMGatewayResource,

@@ -14,8 +14,7 @@ venue; the exact staleness, per venue and configuration, is `freshness.stale_pre
 
 import dagster as dg
 
-from peerify_dagster.domain.predictions import prediction_key, venue_and_configuration
-from peerify_dagster.resources.lake import Lake
+from peerify_dagster.domain.predictions import prediction_key
 
 venue_partitions = dg.DynamicPartitionsDefinition(name="venues")
 prediction_partitions = dg.DynamicPartitionsDefinition(name="predictions")
@@ -23,12 +22,6 @@ prediction_partitions = dg.DynamicPartitionsDefinition(name="predictions")
 # A prediction partition's venue-partitioned deps, and the predictions a venue's results read: see the module doc.
 EVERY_PARTITION = dg.AllPartitionMapping()
 VENUE_PREDICTIONS = dg.AssetDep("predictions", partition_mapping=EVERY_PARTITION)  # read from the lake by venue
-
-
-def built_prediction_keys(lake: Lake, venue: str) -> list[str]:
-    """The predictions partitions built for the venue in the lake: what the venue's results read, whichever Dagster
-    instance asks (an ephemeral one knows only the partitions of its own runs)."""
-    return [key for key in lake.partition_keys("predictions") if venue_and_configuration(key)[0] == venue]
 
 
 def add_venue_partitions(instance: dg.DagsterInstance, venue: str, configurations: list[str]) -> None:

@@ -34,9 +34,9 @@ def print_report_paths(lake: Lake, venue: str) -> None:
 
 def built_configurations(lake: Lake, venue: str) -> list[str]:
     """The configurations whose predictions are built for the venue."""
-    from peerify_dagster.partitions import built_prediction_keys, venue_and_configuration
+    from peerify_dagster.domain.predictions import venue_and_configuration
 
-    return [venue_and_configuration(key)[1] for key in built_prediction_keys(lake, venue)]
+    return [venue_and_configuration(key)[1] for key in lake.prediction_keys(venue)]
 
 
 @guarded(ConfigError)

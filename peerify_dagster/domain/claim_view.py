@@ -31,7 +31,7 @@ from peerify_dagster.domain.predictions import (
     STATUS_OK,
 )
 from peerify_dagster.domain.regions import boxes_on_page, page_sizes_of
-from peerify_dagster.domain.report import accuracy_and_f1, slice_statistics
+from peerify_dagster.domain.report import accuracy_and_f1, slice_order, slice_statistics
 from peerify_dagster.domain.slices import SLICES
 
 PER_PAGE = 50
@@ -416,7 +416,7 @@ def claim_detail(tables: ClaimTables, claim_id: str, answers: Mapping[str, str |
     detail = ClaimDetail(
         claim=claim, source_text=source_text, source_title=source_title,
         paper=_one(tables.paper_claims, claim_id=claim_id), sources=_source_views(tables, claim_id, answers),
-        memberships=sorted(_rows(tables.slices, claim_id=claim_id), key=lambda r: _slice_order(r["slice"])),
+        memberships=sorted(_rows(tables.slices, claim_id=claim_id), key=lambda r: slice_order(r["slice"])),
         configurations=configurations, rankings=rankings, chunks=chunk_rows,
         pdf_sha256=pdf["sha256"] if pdf and pdf.get("status") == "ok" else None,
         pdf_pages=pdf["pages"] if pdf and pdf.get("status") == "ok" else None,
@@ -425,10 +425,6 @@ def claim_detail(tables: ClaimTables, claim_id: str, answers: Mapping[str, str |
     if detail.pdf_sha256 is None and chunk_rows:
         notes.append("The manuscript PDF is not in this lake, so its pages cannot be shown.")
     return detail
-
-
-def _slice_order(name: str) -> int:
-    return SLICES.index(name) if name in SLICES else len(SLICES)
 
 
 def _source_text(tables: ClaimTables, extracted: Mapping) -> tuple[str | None, str | None]:

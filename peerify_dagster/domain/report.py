@@ -121,7 +121,8 @@ def _pick(frame: pl.DataFrame, columns: Sequence[str]) -> pl.DataFrame:
     return frame.select([c for c in columns if c in frame.columns])
 
 
-def _slice_order(name: str) -> int:
+def slice_order(name: str) -> int:
+    """A slice's position in the paper's order of the six (unknown names last)."""
     return SLICES.index(name) if name in SLICES else len(SLICES)
 
 
@@ -138,7 +139,7 @@ def slice_statistics(slices: pl.DataFrame) -> pl.DataFrame:
 
 
 def _sorted_metrics(metrics: pl.DataFrame) -> pl.DataFrame:
-    return metrics.with_columns(pl.col("slice").map_elements(_slice_order, return_dtype=pl.Int64).alias("_order")) \
+    return metrics.with_columns(pl.col("slice").map_elements(slice_order, return_dtype=pl.Int64).alias("_order")) \
         .sort("verifier", "configuration", "_order").drop("_order")
 
 
@@ -157,7 +158,7 @@ def accuracy_by_slice(metrics: pl.DataFrame) -> pl.DataFrame:
     predicted-label column per slice; a last row holds each slice's majority-class baseline (the slice's gold labels
     are the same for every configuration, and so is its baseline)."""
     ordered = _sorted_metrics(metrics)
-    slices = sorted(set(ordered["slice"]), key=_slice_order)
+    slices = sorted(set(ordered["slice"]), key=slice_order)
     keys = [c for c in CONFIGURATION_COLUMNS if c in ordered.columns]
     rows: dict[tuple, dict] = {}
     baseline: dict = {"verifier": MAJORITY_ROW}

@@ -24,6 +24,7 @@ import duckdb
 import polars as pl
 import pyarrow.parquet as pq
 
+from peerify_dagster.domain.predictions import venue_and_configuration
 from peerify_dagster.paths import REPO_ROOT
 from peerify_dagster.resources.files import atomic_path, temporary_path
 
@@ -204,6 +205,11 @@ class Lake:
     def partition_keys(self, table: str) -> list[str]:
         """The partitions of the table that have a file in the lake."""
         return sorted(partition_key_of(path) for path in (self.root / table).glob("*.parquet"))
+
+    def prediction_keys(self, venue: str) -> list[str]:
+        """The predictions partitions (`<configuration>|<venue>`) built for the venue in the lake: what the venue's
+        results read, whichever Dagster instance asks (an ephemeral one knows only the partitions of its own runs)."""
+        return [key for key in self.partition_keys("predictions") if venue_and_configuration(key)[0] == venue]
 
     def write_table(self, table: str, partition_key: str | None, frame: pl.DataFrame) -> Path:
         path = self.table_path(table, partition_key)

@@ -19,7 +19,6 @@ import polars as pl
 import pypdfium2 as pdfium
 
 from peerify_dagster.domain.claim_view import ClaimIndex, ClaimTables, claim_index
-from peerify_dagster.domain.predictions import venue_and_configuration
 from peerify_dagster.resources.files import atomic_path
 from peerify_dagster.resources.lake import Lake
 from peerify_dagster.resources.llm_gateway.ledger import latest_successes, segment_successes
@@ -91,7 +90,7 @@ class LakeData:
         """Every configuration's predictions of the venue in one frame (one partition per configuration), or None."""
         def compute() -> pl.DataFrame | None:
             frames = [self._read(self.lake.table_path("predictions", key), "predictions", key)
-                      for key in self.lake.partition_keys("predictions") if venue_and_configuration(key)[0] == venue]
+                      for key in self.lake.prediction_keys(venue)]
             frames = [frame for frame in frames if frame is not None]
             return pl.concat(frames, how="diagonal_relaxed") if frames else None
         return self.derived(("predictions", venue), [("predictions", venue)], compute)
@@ -168,8 +167,8 @@ class LakeData:
 
     def _stamps(self, table: str, partition: str) -> tuple:
         if table == "predictions":
-            return tuple((key, _stamp(self.lake.table_path(table, key))) for key in self.lake.partition_keys(table)
-                         if venue_and_configuration(key)[0] == partition)
+            return tuple((key, _stamp(self.lake.table_path(table, key)))
+                         for key in self.lake.prediction_keys(partition))
         return (_stamp(self.lake.table_path(table, partition)),)
 
     # -- files by content hash ------------------------------------------------------------------------------------
@@ -185,9 +184,6 @@ class LakeData:
                 if path.is_relative_to(self.root) and path.is_file():
                     return path
         raise NotInLake(f"no manuscript with sha256 {sha256} is in the lake")
-
-    def page_count(self, sha256: str) -> int:
-        return self.derived(("pages", sha256), [], lambda: len(pdfium.PdfDocument(self.pdf_path(sha256))))
 
     def page_image(self, sha256: str, page: int, scale: float) -> Path:
         """The PNG of page `page` (1-based) of the manuscript, rendered once at `scale` and kept in the lake's web
