@@ -1,0 +1,459 @@
+"""Citances: the sentences of a manuscript's body that cite, their citation markers, and the markers resolved to
+reference entries.
+
+Marker styles: numeric (`[5]`, `[3, 7-9]`, `[12–14]`, `[5, Thm. 2]`, alphanumeric labels `[KW17]`), author-year
+groups in brackets (`(Smith et al., 2020)`, `(Smith and Lee 2019a; Wu 2021)`, `(e.g., Smith, 2020)`,
+`[Smith et al. 2020]`), narrative (`Smith et al. (2020) show`, `Smith and Lee [2019]`, `Smith's (2020a)`, `Smith
+et al. 2020`) and Unicode superscripts (`effect¹²`, `effect.¹⁻³`). What looks like a marker but is not one is told
+apart by its context: an interval (`[0, 1]`, `x ∈ [1, 10]`), an equation or figure number (`Eq. [3]`), a chemical
+locant (`[1,3]-dipolar`), a year in running text or a statistic (`(n = 2019)`), a month, a power (`10²`, `cm²`).
+
+Rules only, no model: the claim type and the hedge (`claim_type`, `is_hedged`) pick the evidence window length.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from peerify_dagster.domain.citations.entries import ParsedEntry
+from peerify_dagster.domain.citations.sentences import split_sentences
+
+NUMERIC, AUTHOR_YEAR, NARRATIVE, SUPERSCRIPT = "numeric", "author_year", "narrative", "superscript"
+MARKER_STYLES = (NUMERIC, AUTHOR_YEAR, NARRATIVE, SUPERSCRIPT)
+CLAIM_TYPES = ("causal", "predictive", "comparative", "quantitative", "descriptive")
+
+
+@dataclass(frozen=True)
+class Marker:
+    """One citation marker. `keys`: one per cited work; numeric labels as written with ranges expanded ("[3, 7-9]"
+    -> "3", "7", "8", "9"), author-year works as "<first surname, lower ASCII>|<year><suffix>" ("smith|2019a")."""
+
+    text: str
+    style: str  # numeric | author_year | narrative | superscript
+    start: int  # offsets in the text the marker was found in
+    end: int
+    keys: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class DetectedCitance:
+    """A sentence (offsets in the text) carrying at least one marker; one claim per sentence, the markers keep
+    their own positions so a later stage can tell which clause each supports."""
+
+    start: int
+    end: int
+    markers: tuple[Marker, ...]
+
+
+@dataclass(frozen=True)
+class ResolvedMarker:
+    """A marker and the reference entries (ParsedEntry.index) its keys name; `unresolved_keys` matched no entry or,
+    listed also in `ambiguous_keys`, several (a suffix-less "smith|2019" beside "2019a" and "2019b")."""
+
+    marker: Marker
+    entry_indexes: tuple[int, ...]
+    unresolved_keys: tuple[str, ...]
+    ambiguous_keys: tuple[str, ...] = ()
+
+
+# ---- author-year grammar -------------------------------------------------------------------------------------
+_UPPER = "A-ZÀ-ÖØ-ÞĀ-ž"
+_PARTICLE = r"(?i:van|von|der|den|de|del|della|dei|di|da|dos|das|du|le|la|ten|ter|al|el|bin|ibn|zu|vom|mac)"
+# "O'Brien", "D’Souza", "d'Aspremont", "Al-Farabi", "Lévy-Leblond"; the possessive "Smith's" is no part of the name.
+_NAME = (rf"(?:{_PARTICLE}\s+){{0,3}}(?:[dl]['’])?[{_UPPER}][^\W\d_]*"
+         rf"(?:['’][{_UPPER}][^\W\d_]*|-[{_UPPER}]?[^\W\d_]+)*")
+_ET_AL = r"\s*,?\s+et\s*\.?\s*al\b\.?"
+# At most 12 names before "and": a longer capitalised list is no author list, and the bound keeps the scan linear.
+_AUTHORS = rf"{_NAME}(?:\s*,\s*{_NAME}){{0,11}}(?:\s*,?\s*(?:and|&)\s+{_NAME})?(?:{_ET_AL})?"
+_YEAR = r"(?:(?:1[6-9]|20)\d\d(?!\d)[a-z]?(?![\w])|in\s+press|forthcoming|n\.\s?d\.)"
+_YEARS = rf"{_YEAR}(?:\s*,\s*(?:{_YEAR}|[a-z](?![\w.])))*"
+_LOCATOR = r"(?:\s*[,:]\s*(?:(?:pp?|ch|chap|sec|fig|table|p)\.?\s*)?\d+(?:\s*[-–]\s*\d+)?)?"
+_ITEM = re.compile(rf"(?<![^\W\d_])(?P<authors>{_AUTHORS})(?:['’]s)?\s*,?\s*(?P<years>{_YEARS})")
+_GROUP = re.compile(r"\(([^()\[\]]{5,400})\)|\[([^()\[\]]{5,400})\]")
+_NARRATIVE = re.compile(
+    rf"(?<![^\W\d_])(?P<authors>{_AUTHORS})(?:['’]s)?\s*"
+    rf"(?:\(\s*(?P<round>{_YEARS}){_LOCATOR}\s*\)|\[\s*(?P<square>{_YEARS})\s*\])"
+)
+# "Smith et al. 2020 showed": a bare year is a citation only after "et al.", outside brackets.
+_NARRATIVE_BARE = re.compile(rf"(?<![^\W\d_])(?P<authors>{_NAME}{_ET_AL})\s*,?\s*(?P<bare>{_YEARS})")
+_AUTHOR_SPLIT = re.compile(r"\s*,?\s*(?:\band\b|&)\s*|\s*,\s*")
+_ET_AL_TAIL = re.compile(_ET_AL + r"$")
+# Capitalised words that start a phrase before a name or a year and are no author: function words, discourse
+# markers, calendar words and the names of a paper's own parts ("However, Smith (2020)", "(In 2019)",
+# "(March 2020)", "(Table 2019)").
+_NOT_NAMES = frozenset("""
+a an the this that these those it its we our they their he she his her i you one two some many most several
+other others both each all such any no not few more less
+in on at by for from to of with without within into onto over under after before during since until till
+between among around about across along through throughout toward towards via per upon as than like unlike
+despite following according based using see cf also and or but yet so nor if when while whereas although though
+because unless where which who whom whose what how why here there then thus hence therefore however moreover
+furthermore additionally indeed finally first second third recently similarly likewise notably specifically
+conversely nevertheless nonetheless instead meanwhile later earlier previously interestingly importantly
+consequently accordingly alternatively overall again next still especially particularly originally typically
+generally usually often historically traditionally today currently now e.g i.e
+january february march april may june july august september october november december jan feb mar apr jun
+jul aug sep sept oct nov dec spring summer autumn fall winter year years fy q1 q2 q3 q4
+table tables tab figure figures fig figs eq eqs equation equations section sections sec chapter appendix
+supplementary supplement algorithm theorem lemma step phase stage wave round version release edition vol
+volume issue part note
+""".split())
+
+# ---- numeric and superscript -------------------------------------------------------------------------------
+_NUMBER_ITEM = r"\d{1,3}(?:\s*[-–—]\s*\d{1,3})?"
+_ALPHA_LABEL = r"[A-Z][A-Za-z+]{1,6}\d{2}[a-z]?"
+_POINTER = (r"(?:\s*,\s*(?:p|pp|Thm|Theorem|Lem|Lemma|Prop|Proposition|Cor|Corollary|Sec|Sect|Section|Ch|Chap|"
+            r"Chapter|Def|Definition|Eq|Eqs|Remark|Rem|Example|Ex|Fig|Table|Appendix|App|§)\.?\s*[\w.()–-]+)?")
+_LABELS = rf"(?:{_NUMBER_ITEM}|{_ALPHA_LABEL})(?:\s*(?:[,;]|,?\s*and)\s*(?:{_NUMBER_ITEM}|{_ALPHA_LABEL}))*"
+_NUMERIC = re.compile(
+    rf"\[\s*(?P<items>{_LABELS})(?P<pointer>{_POINTER})\s*\](?:\s*[-–—]\s*\[\s*(?P<last>\d{{1,3}})\s*\])?"
+)
+# Physics writes "Ref. 12" and "Refs. 3-5" without brackets.
+_REF_WORD = re.compile(rf"\bRefs?\.\s*(?P<items>{_NUMBER_ITEM}(?:\s*(?:,|,?\s*and)\s*{_NUMBER_ITEM})*)(?!\d|\.\d)")
+_SUPERSCRIPT_DIGITS = "⁰¹²³⁴⁵⁶⁷⁸⁹"
+_SUPERSCRIPT = re.compile(rf"[{_SUPERSCRIPT_DIGITS}]+(?:\s?[,⁻–-]\s?[{_SUPERSCRIPT_DIGITS}]+)*")
+_TO_DIGITS = str.maketrans(_SUPERSCRIPT_DIGITS + "⁻", "0123456789-")
+# Relations and set operators before a bracket make it a value ("x ∈ [1, 10]", "v = [1, 2]"); "+" and "-" do not
+# (an ion before its citation: "CH3+ [54]").
+_MATH_BEFORE = set("=≠≈∈∉⊂⊆⊃⊇×<>≤≥^_|∪∩→↦")
+_MATH_AFTER = set("=≠≈∈⊂⊆⊃⊇×<>≤≥^_|∪∩→↦⁰¹²³⁴⁵⁶⁷⁸⁹")
+# Words before a bracket that make it a range of values, not a citation ("the interval [1, 10]").
+_RANGE_WORDS = frozenset({"interval", "intervals", "range", "ranges", "ranging", "domain", "segment", "window",
+                          "bounded", "between", "within", "span", "spanning", "clipped", "scaled", "normalized",
+                          "normalised", "uniformly", "uniform", "sampled", "drawn"})
+# Words before a bracket that make it a value whatever its length ("the vector [1, 1, 2]").
+_VALUE_WORDS = frozenset({"vector", "vectors", "matrix", "matrices", "array", "arrays", "tuple", "tuples", "list",
+                          "coordinates", "coordinate", "point", "points", "shape", "size", "dimensions", "indices"})
+# A pointer to the paper's own parts, abbreviated or capitalised before its number: "Eq. [3]", "Table [2]"
+# ("the condition [1]" is a citation).
+_OWN_PART = re.compile(r"(?:\b(?:Eqs?|Eqns?|Figs?|Tabs?|Secs?|Sect|Thm|Lem|Def|Prop|Alg|Ch|App)\.|"
+                       r"\b(?:Equations?|Figures?|Tables?|Sections?|Chapter|Appendix|Steps?|Lines?|Theorem|Lemma|"
+                       r"Definition|Proposition|Corollary|Algorithm)|\b(?:equations?|eqs?\.?))\s*$")
+_MAX_RANGE = 100  # "[3-900]" is no range of references
+
+
+def _fold(name: str) -> str:
+    """A surname compared without case, accents, spaces, apostrophes or hyphens ("D’Souza" ~ "dsouza")."""
+    ascii_name = unicodedata.normalize("NFKD", name).encode("ascii", "ignore").decode("ascii").lower()
+    return re.sub(r"[^a-z]", "", ascii_name)
+
+
+def _previous_word(text: str, position: int) -> str:
+    match = re.search(r"([^\W\d_]+)\.?\s*$", text[max(0, position - 40):position])
+    return match.group(1).lower() if match else ""
+
+
+def _previous_char(text: str, position: int) -> str:
+    return text[max(0, position - 20):position].rstrip()[-1:]
+
+
+def _expand_numbers(items: str) -> list[str]:
+    """Labels as keys, ranges expanded: "3, 7-9" -> 3, 7, 8, 9 (leading zeros dropped)."""
+    keys: list[str] = []
+    for item in re.split(r"\s*(?:[,;]|,?\s*and)\s*", items.strip()):
+        bounds = re.fullmatch(r"(\d+)\s*[-–—]\s*(\d+)", item)
+        if bounds:
+            low, high = int(bounds.group(1)), int(bounds.group(2))
+            span = range(low, high + 1) if 0 < high - low <= _MAX_RANGE else (low, high)
+            keys.extend(str(number) for number in span)
+        elif item.isdigit():
+            keys.append(str(int(item)))
+        elif item:
+            keys.append(item)
+    return list(dict.fromkeys(keys))
+
+
+def _numeric_markers(text: str) -> list[Marker]:
+    markers = [Marker(match.group(0), NUMERIC, match.start(), match.end(), tuple(_expand_numbers(match.group("items"))))
+               for match in _REF_WORD.finditer(text)]
+    for match in _NUMERIC.finditer(text):
+        items = match.group("items")
+        if match.group("last"):  # "[1]–[3]": the references 1 to 3
+            items = f"{items}-{match.group('last')}" if items.isdigit() else f"{items}, {match.group('last')}"
+        keys = _expand_numbers(items)
+        numbers = [int(key) for key in keys if key.isdigit()]
+        if any(number == 0 for number in numbers):
+            continue  # references count from 1: "[0, 1]" is an interval
+        if re.match(r"-?[^\W\d_]", text[match.end():match.end() + 2]):
+            continue  # a chemical locant or a name part: "[1,3]-dipolar", "[60]fullerene"
+        if _previous_char(text, match.start()) in _MATH_BEFORE or text[match.end():].lstrip()[:1] in _MATH_AFTER:
+            continue  # "x ∈ [1, 10]", "[1, 2]^2", "f: [1, 10] → R"
+        if _OWN_PART.search(text[max(0, match.start() - 20):match.start()]):
+            continue
+        previous = _previous_word(text, match.start())
+        if previous in _VALUE_WORDS or (len(keys) == 2 and previous in _RANGE_WORDS):
+            continue
+        if re.search(r"(?<![^\W\d_])[^\W\d_]$", text[max(0, match.start() - 2):match.start()]):
+            continue  # indexing a one-letter symbol: "x[1]", "a[2, 3]"
+        markers.append(Marker(match.group(0), NUMERIC, match.start(), match.end(), tuple(keys)))
+    return markers
+
+
+def _superscript_markers(text: str) -> list[Marker]:
+    markers = []
+    for match in _SUPERSCRIPT.finditer(text):
+        before = text[max(0, match.start() - 3):match.start()]
+        after = text[match.end():match.end() + 1]
+        # After a word of three letters or more, or after the sentence's own punctuation; never a power ("10²",
+        # "cm²", "(a+b)²"), a charge ("Ca²⁺") or a digit glued to a symbol ("x²y").
+        after_word = len(before) == 3 and all(char.isalpha() for char in before)
+        glued = bool(after) and (after in "⁺⁻" or after.isalnum())
+        if not (after_word or before[-1:] in (".", ",", ";", ":")) or glued:
+            continue
+        keys = _expand_numbers(match.group(0).translate(_TO_DIGITS).replace(" ", ""))
+        if keys and all(key.isdigit() and int(key) > 0 for key in keys):
+            markers.append(Marker(match.group(0), SUPERSCRIPT, match.start(), match.end(), tuple(keys)))
+    return markers
+
+
+@dataclass(frozen=True)
+class _Work:
+    """One cited work named in an author-year marker: its authors as written, whether "et al." followed, the year,
+    and how many leading names a comma (not "and") separates from the rest: "(Long Short-Term Memory, Hochreiter and
+    Schmidhuber, 1997)" may be read as naming "Memory" first."""
+
+    surnames: tuple[str, ...]
+    et_al: bool
+    year: str  # "2019", "in press", "n.d."
+    suffix: str
+    comma_led: int = 0
+
+    @property
+    def key(self) -> str:
+        return f"{_fold(self.surnames[0])}|{self.year}{self.suffix}"
+
+
+def _authors(written: str) -> tuple[tuple[str, ...], bool, int, int]:
+    """(surnames, et al., leading names followed by a comma, how many leading characters were not names:
+    "However, Smith" -> 9)."""
+    et_al = bool(_ET_AL_TAIL.search(written))
+    names_part = _ET_AL_TAIL.sub("", written) if et_al else written
+    pieces = _AUTHOR_SPLIT.split(names_part)
+    separators = [separator.strip() for separator in _AUTHOR_SPLIT.findall(names_part)]
+    names = [piece for piece in pieces if piece]
+    skipped = 0
+    while names and names[0].lower() in _NOT_NAMES:
+        skipped = written.index(names[1], skipped) if len(names) > 1 else len(written)
+        names.pop(0)
+        separators = separators[1:]
+    if not names or any(name.lower() in _NOT_NAMES or len(_fold(name)) < 2 for name in names):
+        return (), et_al, 0, skipped
+    comma_led = 0
+    while comma_led < len(separators) and separators[comma_led] == ",":
+        comma_led += 1
+    return tuple(names), et_al, comma_led, skipped
+
+
+def _works(authors: str, years: str) -> tuple[list[_Work], int]:
+    surnames, et_al, comma_led, skipped = _authors(authors)
+    if not surnames:
+        return [], skipped
+    works: list[_Work] = []
+    for part in re.split(r"\s*,\s*", years):
+        year_match = re.fullmatch(r"((?:1[6-9]|20)\d\d)([a-z]?)", part)
+        if year_match:
+            works.append(_Work(surnames, et_al, year_match.group(1), year_match.group(2), comma_led))
+        elif re.fullmatch(r"[a-z]", part) and works:  # "2019a, b"
+            works.append(_Work(surnames, et_al, works[-1].year, part, comma_led))
+        elif part:
+            works.append(_Work(surnames, et_al, re.sub(r"\s+", " ", part.replace(". ", ".")), "", comma_led))
+    return works, skipped
+
+
+def _group_markers(text: str) -> list[Marker]:
+    """Author-year groups in round or square brackets; a group is one marker, one key per work it names."""
+    markers = []
+    for group in _GROUP.finditer(text):
+        content = group.group(1) if group.group(1) is not None else group.group(2)
+        works: list[_Work] = []
+        for item in _ITEM.finditer(content):
+            found, _ = _works(item.group("authors"), item.group("years"))
+            works.extend(found)
+        if works:
+            keys = tuple(dict.fromkeys(work.key for work in works))
+            markers.append(Marker(group.group(0), AUTHOR_YEAR, group.start(), group.end(), keys))
+    return markers
+
+
+def _narrative_markers(text: str) -> list[Marker]:
+    markers = []
+    for pattern in (_NARRATIVE, _NARRATIVE_BARE):
+        for match in pattern.finditer(text):
+            years = next(match.group(name) for name in ("round", "square", "bare") if name in pattern.groupindex
+                         and match.group(name) is not None)
+            works, skipped = _works(match.group("authors"), years)
+            if works:
+                start = match.start() + skipped
+                keys = tuple(dict.fromkeys(work.key for work in works))
+                markers.append(Marker(text[start:match.end()], NARRATIVE, start, match.end(), keys))
+    return markers
+
+
+def find_markers(text: str) -> list[Marker]:
+    """Every citation marker of `text`, in order; where two candidates overlap the longer one is kept (the group
+    "(Smith et al., 2020)" over a narrative reading of a part of it)."""
+    candidates = [*_group_markers(text), *_narrative_markers(text), *_numeric_markers(text),
+                  *_superscript_markers(text)]
+    kept: list[Marker] = []
+    for marker in sorted(candidates, key=lambda m: (-(m.end - m.start), m.start)):
+        if all(marker.end <= other.start or marker.start >= other.end for other in kept):
+            kept.append(marker)
+    return sorted(kept, key=lambda m: m.start)
+
+
+def detect_citances(text: str) -> list[DetectedCitance]:
+    """The sentences of `text` (split_sentences) carrying at least one marker, with their markers."""
+    markers = find_markers(text)
+    citances = []
+    for start, end in split_sentences(text):
+        inside = tuple(marker for marker in markers if start <= marker.start < end)
+        if inside:
+            citances.append(DetectedCitance(start, end, inside))
+    return citances
+
+
+# ---- resolution ---------------------------------------------------------------------------------------------
+def _parse_works(marker: Marker) -> list[_Work]:
+    """The works an author-year marker names, read again from its text (the keys hold the first surname only)."""
+    if marker.style == AUTHOR_YEAR:
+        works = []
+        for item in _ITEM.finditer(marker.text):
+            works.extend(_works(item.group("authors"), item.group("years"))[0])
+        return works
+    for pattern in (_NARRATIVE, _NARRATIVE_BARE):
+        match = pattern.fullmatch(marker.text)
+        if match:
+            years = next(match.group(name) for name in ("round", "square", "bare") if name in pattern.groupindex
+                         and match.group(name) is not None)
+            return _works(match.group("authors"), years)[0]
+    return []
+
+
+def _surname_forms(name: str) -> set[str]:
+    """A surname folded whole and by its last word: "van der Maaten" and "Maaten" name the same author."""
+    words = name.split()
+    return {form for form in (_fold(name), _fold(words[-1]) if words else "") if len(form) >= 2}
+
+
+def _names_match(surnames: Sequence[str], et_al: bool, entry: ParsedEntry) -> bool:
+    listed = [forms for forms in (_surname_forms(name) for name in entry.surnames) if forms]
+    if not listed:  # an entry whose authors were not parsed: its raw text must begin with the first surname
+        return _fold(entry.raw_text[:60]).startswith(_fold(surnames[0]))
+    # "et al." names the first author only; "Smith and Lee" also the second, when the entry lists one.
+    named = surnames[:1] if et_al else surnames
+    return all(_surname_forms(name) & listed[position] for position, name in enumerate(named)
+               if position < len(listed))
+
+
+def _year_matches(work: _Work, entry: ParsedEntry) -> bool:
+    if work.year.isdigit():
+        return entry.year == int(work.year) or (entry.year is None and work.year in entry.raw_text)
+    return entry.year is None  # "in press", "n.d.": an entry without a year
+
+
+def _candidates(work: _Work, entries: Sequence[ParsedEntry]) -> list[ParsedEntry]:
+    """Entries naming the work: first surname (the co-authors when written without "et al."), year, and the
+    suffix when given. When the full author list finds none, the list without its comma-led first names is tried
+    ("Memory, Hochreiter and Schmidhuber"); names joined by "and" are never dropped."""
+    for drop in range(min(work.comma_led, len(work.surnames) - 1) + 1):
+        surnames = work.surnames[drop:]
+        found = [entry for entry in entries
+                 if _year_matches(work, entry) and _names_match(surnames, work.et_al, entry)]
+        if work.suffix:
+            suffixed = [entry for entry in found if entry.year_suffix == work.suffix]
+            # An entry list that wrote no suffix at all still names the one work of that author and year.
+            found = suffixed or (found if len(found) == 1 and not found[0].year_suffix else [])
+        if found:
+            return found
+    return []
+
+
+def resolve_markers(markers: Sequence[Marker], entries: Sequence[ParsedEntry]) -> list[ResolvedMarker]:
+    """Each marker with the entries (ParsedEntry.index) its keys name: numeric keys by the entry's label,
+    author-year keys by first surname (accents and case aside), year and suffix, two authors by both surnames.
+    A key matching no entry, or several (a suffix-less key beside "2019a" and "2019b"), stays unresolved: nothing
+    is guessed."""
+    by_label: dict[str, list[int]] = {}
+    for entry in entries:
+        if entry.label:
+            by_label.setdefault(entry.label.strip().strip("[]().").lstrip("0") or "0", []).append(entry.index)
+    resolved = []
+    for marker in markers:
+        indexes: list[int] = []
+        unresolved: list[str] = []
+        ambiguous: list[str] = []
+        if marker.style in (NUMERIC, SUPERSCRIPT):
+            for key in marker.keys:
+                found = by_label.get(key, [])
+                if len(found) == 1:
+                    indexes.extend(found)
+                else:
+                    unresolved.append(key)
+                    if found:
+                        ambiguous.append(key)
+        else:
+            works = {work.key: work for work in _parse_works(marker)}
+            for key in marker.keys:
+                found = _candidates(works[key], entries) if key in works else []
+                if len(found) == 1:
+                    indexes.append(found[0].index)
+                else:
+                    unresolved.append(key)
+                    if found:
+                        ambiguous.append(key)
+        resolved.append(ResolvedMarker(marker, tuple(dict.fromkeys(indexes)), tuple(unresolved), tuple(ambiguous)))
+    return resolved
+
+
+# ---- claim type and hedge -----------------------------------------------------------------------------------
+_CAUSAL = re.compile(
+    r"\b(?:caus(?:e|es|ed|ing|al(?:ly)?)|lead(?:s|ing)? to|led to|result(?:s|ed|ing)? in|due to|because|owing to|"
+    r"induc(?:e|es|ed|ing)|increas(?:e|es|ed|ing)|decreas(?:e|es|ed|ing)|reduc(?:e|es|ed|ing)|improv(?:e|es|ed|ing)|"
+    r"enhanc(?:e|es|ed|ing)|inhibit(?:s|ed|ing)?|promot(?:e|es|ed|ing)|trigger(?:s|ed|ing)?|driv(?:e|es|en|ing)|"
+    r"affect(?:s|ed|ing)?|effects? of|impacts? (?:of|on)|contribut(?:e|es|ed|ing) to|responsible for|"
+    r"mediat(?:e|es|ed|ing)|prevent(?:s|ed|ing)?|suppress(?:es|ed|ing)?|activat(?:e|es|ed|ing)|block(?:s|ed)|"
+    r"as a result|therefore|thereby|gives? rise to|gave rise to)\b", re.IGNORECASE)
+_PREDICTIVE = re.compile(
+    r"\b(?:predict(?:s|ed|ing|ion|ions|ive)?|forecast(?:s|ed|ing)?|will|is expected to|are expected to|"
+    r"projected|projections?|anticipat(?:e|es|ed)|future)\b", re.IGNORECASE)
+_COMPARATIVE = re.compile(
+    r"\b(?:outperform(?:s|ed|ing)?|than|superior to|inferior to|compared (?:with|to)|in comparison|relative to|"
+    r"versus|vs\.|exceed(?:s|ed|ing)?|surpass(?:es|ed|ing)?)", re.IGNORECASE)
+_QUANTITATIVE = re.compile(
+    # A number with a unit or a percentage (units are case-sensitive: "mM" is no "MM"; "the 1990s" is no duration)
+    r"(?<![\w.])(?!(?:1[6-9]|20)\d\ds\b)\d(?:[\d.,]*\d)?\s*(?:%|[Pp]ercent\b|[Pp]er cent\b|-?fold\b|×|(?:mg|kg|g|µg|μg|ng|ml|mL|µl|μl|l|L|mm|cm|m|km|nm|"
+    r"µm|μm|s|ms|min|h|hr|hrs|hours?|days?|weeks?|months?|years?|K|°C|°F|eV|keV|MeV|GeV|TeV|Hz|kHz|MHz|GHz|W|kW|MW|GW|"
+    r"kWh|MWh|V|mV|kV|A|mA|Pa|kPa|MPa|GPa|bar|mol|mmol|mM|µM|μM|nM|dB|bits?|bytes?|[KMGT]B|ppm|ppb|USD|EUR|\$)\b)"
+    r"|[$€£]\s?\d|\b[pP]\s*[<=>≤]\s*0?\.\d")
+_HEDGES = re.compile(
+    r"\b(?:may|might|could|possibl[ey]|perhaps|probabl[ey]|likely|unlikely|suggest(?:s|ed|ing|ion|ions)?|"
+    r"appears? to|appeared to|seems? to|seemed to|potential(?:ly)?|presumabl[ey]|putative(?:ly)?|"
+    r"hypothes[ie][sz](?:e|es|ed|is)?|speculat(?:e|es|ed|ive)|tends? to|plausibl[ey]|it is possible|"
+    r"to some extent|indicat(?:e|es|ed|ing)|unclear|uncertain)\b")
+
+
+def _without_markers(sentence: str) -> str:
+    """The sentence with its markers cut out, so "[5]" or "(Smith 2020)" is never read as a quantity or word."""
+    for marker in reversed(find_markers(sentence)):
+        sentence = sentence[:marker.start] + " " + sentence[marker.end:]
+    return sentence
+
+
+def claim_type(sentence: str) -> str:
+    """causal | predictive | comparative | quantitative | descriptive, the first whose cue words occur."""
+    prose = _without_markers(sentence)
+    for kind, pattern in (("causal", _CAUSAL), ("predictive", _PREDICTIVE), ("comparative", _COMPARATIVE),
+                          ("quantitative", _QUANTITATIVE)):
+        if pattern.search(prose):
+            return kind
+    return "descriptive"
+
+
+def is_hedged(sentence: str) -> bool:
+    """Whether the claim is hedged ("may", "might", "suggests", "likely", "appears to", ...); "May" the month
+    starts no hedge."""
+    prose = _without_markers(sentence)
+    return bool(_HEDGES.search(prose) or re.match(r"\s*(?:May|Might|Could|Perhaps|Possibly)\b(?!\s+\d)", prose))
