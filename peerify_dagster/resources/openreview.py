@@ -67,13 +67,9 @@ def api_url_for(api_url: str, api_version: int) -> str:
     return DEFAULT_API_V1_URL if api_version == 1 and api_url.rstrip("/") == DEFAULT_API_URL else api_url
 
 
-def make_client(api_url: str, policy: HttpPolicy = HttpPolicy(), api_version: int = 2) -> OpenReviewClient:
-    """The real client: `openreview.api.OpenReviewClient` for API v2, `openreview.Client` for API v1. Anonymous
-    unless OPENREVIEW_USERNAME/OPENREVIEW_PASSWORD or OPENREVIEW_TOKEN are set in the environment (read by us or
-    by openreview-py; never logged)."""
-    token = os.environ.get("OPENREVIEW_TOKEN") or None
-    client_class = openreview.Client if api_version == 1 else openreview.api.OpenReviewClient
-    client = client_class(baseurl=api_url, token=token)
+def retrying_adapter(policy: HttpPolicy) -> HTTPAdapter:
+    """The transport every HTTP client here mounts: urllib3 retries (backoff, `Retry-After` honoured on 429/503)
+    on connection errors, read timeouts and RETRY_STATUSES, and `policy.timeout_s` on every request."""
     retry = Retry(
         total=policy.retries,
         connect=policy.retries,
@@ -86,7 +82,17 @@ def make_client(api_url: str, policy: HttpPolicy = HttpPolicy(), api_version: in
         raise_on_status=False,
         respect_retry_after_header=True,
     )
-    adapter = _TimeoutAdapter(policy.timeout_s, max_retries=retry, pool_maxsize=16)
+    return _TimeoutAdapter(policy.timeout_s, max_retries=retry, pool_maxsize=16)
+
+
+def make_client(api_url: str, policy: HttpPolicy = HttpPolicy(), api_version: int = 2) -> OpenReviewClient:
+    """The real client: `openreview.api.OpenReviewClient` for API v2, `openreview.Client` for API v1. Anonymous
+    unless OPENREVIEW_USERNAME/OPENREVIEW_PASSWORD or OPENREVIEW_TOKEN are set in the environment (read by us or
+    by openreview-py; never logged)."""
+    token = os.environ.get("OPENREVIEW_TOKEN") or None
+    client_class = openreview.Client if api_version == 1 else openreview.api.OpenReviewClient
+    client = client_class(baseurl=api_url, token=token)
+    adapter = retrying_adapter(policy)
     # The client mounts its own adapters on several URL prefixes (edits endpoints among them) and
     # requests picks the longest matching prefix, so every one of them is replaced.
     for prefix in list(client.session.adapters) + ["http://", "https://"]:

@@ -1,0 +1,84 @@
+"""A venue's `citations:` options (venues.yaml), validated when the registry is read.
+
+Nothing leaves the machine unless the venue asks: no metadata service is queried by default, and arXiv and
+open-access downloads are only tried once the venue lists them in `resolve`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from peerify_dagster.domain.options import checked_options
+from peerify_dagster.domain.retrieval import RETRIEVER_CONFIGS
+
+METADATA_SERVICES = ("crossref", "openalex", "semantic_scholar")
+# Where a cited paper's full text is looked for, in the order the issue gives: a local folder, the venue's own
+# manuscripts (ML papers cite OpenReview papers), arXiv, then the open-access locations the metadata names.
+SOURCE_LIBRARY, SOURCE_VENUE, SOURCE_ARXIV, SOURCE_OPEN_ACCESS = "library", "venue", "arxiv", "open_access"
+RESOLVE_SOURCES = (SOURCE_LIBRARY, SOURCE_VENUE, SOURCE_ARXIV, SOURCE_OPEN_ACCESS)
+OFFLINE_SOURCES = (SOURCE_LIBRARY, SOURCE_VENUE)
+MODE_WINDOWS, MODE_MERGED = "windows", "merged"
+EVIDENCE_MODES = (MODE_WINDOWS, MODE_MERGED)
+# The retrievers a window ranking may use; a reranked one needs the reranker resource like the predictions' do.
+WINDOW_RETRIEVERS = tuple(RETRIEVER_CONFIGS)
+
+
+class CitationOptionsError(ValueError):
+    """A `citations:` option that cannot be used; the message names the option."""
+
+
+@dataclass(frozen=True)
+class CitationOptions:
+    metadata: tuple[str, ...] = ()  # of METADATA_SERVICES, asked in this order
+    mailto: str | None = None  # Crossref's and OpenAlex's polite pool
+    base_urls: Mapping[str, str] = field(default_factory=dict)  # service or "arxiv" -> API root (a mirror, a test)
+    library: str | None = None  # folder of PDFs searched first (relative to the registry file)
+    resolve: tuple[str, ...] = OFFLINE_SOURCES  # of RESOLVE_SOURCES, tried in this order
+    retriever: str = "hybrid"
+    k: int = 3  # passages of the cited paper shown per citance
+    modes: tuple[str, ...] = (MODE_WINDOWS,)
+    enrichment: bool = False  # the citance tagger (an LLM call per citance)
+
+    @classmethod
+    def from_mapping(cls, raw: Mapping[str, Any] | None) -> CitationOptions:
+        options = checked_options(cls, raw, CitationOptionsError)
+        for name, choices in (("metadata", METADATA_SERVICES), ("resolve", RESOLVE_SOURCES),
+                              ("modes", EVIDENCE_MODES)):
+            if name in options:
+                options[name] = _choices(name, options[name], choices)
+        if not options.get("modes", cls.modes):
+            raise CitationOptionsError("modes must name at least one of " + str(list(EVIDENCE_MODES)))
+        if options.get("retriever", cls.retriever) not in WINDOW_RETRIEVERS:
+            raise CitationOptionsError(f"retriever must be one of {list(WINDOW_RETRIEVERS)}, "
+                                       f"got {options['retriever']!r}")
+        k = options.get("k", cls.k)
+        if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+            raise CitationOptionsError(f"k must be a positive integer, got {k!r}")
+        base_urls = options.get("base_urls") or {}
+        if not isinstance(base_urls, Mapping) or not all(
+                key in (*METADATA_SERVICES, SOURCE_ARXIV) and isinstance(url, str) for key, url in base_urls.items()):
+            raise CitationOptionsError(f"base_urls maps a service of {[*METADATA_SERVICES, SOURCE_ARXIV]} to a URL, "
+                                       f"got {base_urls!r}")
+        options["base_urls"] = dict(base_urls)
+        for name in ("mailto", "library"):
+            if options.get(name) is not None and not isinstance(options[name], str):
+                raise CitationOptionsError(f"{name} must be a string, got {options[name]!r}")
+        if not isinstance(options.get("enrichment", False), bool):
+            raise CitationOptionsError(f"enrichment must be true or false, got {options['enrichment']!r}")
+        return cls(**options)
+
+    def with_library(self, library: str | None) -> CitationOptions:
+        """These options with another library folder searched first (`peerify verify --library`)."""
+        resolve = self.resolve if SOURCE_LIBRARY in self.resolve else (SOURCE_LIBRARY, *self.resolve)
+        return CitationOptions(**{**vars(self), "library": library, "resolve": resolve})
+
+
+def _choices(name: str, value: Any, choices: tuple[str, ...]) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise CitationOptionsError(f"{name} must be a list of {list(choices)}, got {value!r}")
+    unknown = [item for item in value if item not in choices]
+    if unknown or len(set(value)) != len(value):
+        raise CitationOptionsError(f"{name} must list each of {list(choices)} at most once, got {value!r}")
+    return tuple(value)
