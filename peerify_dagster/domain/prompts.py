@@ -19,6 +19,8 @@ from typing import Any
 
 import yaml
 
+from peerify_dagster.domain.citations.detection import CLAIM_TYPES
+from peerify_dagster.domain.citations.vocabulary import CITATION_LABELS, HEDGE_LEVELS
 from peerify_dagster.domain.labels import LABELS
 from peerify_dagster.domain.llm_calls import Message, render_messages
 
@@ -64,6 +66,22 @@ OUTPUT_SCHEMAS: dict[str, dict[str, Any]] = {
         "type": "object",
         "properties": {"label": _LABEL_FIELD, "justification": _SHORT_TEXT},
         "required": ["label", "justification"],
+    },
+    # `verdict`, not `label`: a `label` key is read as one of Peerify's LABELS (parse_answer), and the citation
+    # verdicts' fourth label is Not Enough Information.
+    "citation_verdict": {
+        "type": "object",
+        "properties": {"verdict": {"type": "string", "enum": list(CITATION_LABELS)}, "explanation": _SHORT_TEXT},
+        "required": ["verdict", "explanation"],
+    },
+    "citance_tag": {
+        "type": "object",
+        "properties": {
+            "claim_type": {"type": "string", "enum": list(CLAIM_TYPES)},
+            "hedge_level": {"type": "string", "enum": list(HEDGE_LEVELS)},
+            "supported_text": _SHORT_TEXT,
+        },
+        "required": ["claim_type", "hedge_level", "supported_text"],
     },
 }
 
