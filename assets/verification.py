@@ -26,16 +26,18 @@ def referenced_call_ids(tables: Mapping[str, pl.DataFrame]) -> pl.DataFrame:
 
 
 @dg.asset(partitions_def=venue_partitions, group_name="verification", kinds={"python", "parquet", "duckdb"},
-          code_version="llm-usage-v3")
+          code_version="llm-usage-v4")
 def llm_usage(context: dg.AssetExecutionContext, review_claims: pl.DataFrame, claims_dropped: pl.DataFrame,
               claim_types: pl.DataFrame, paper_claims: pl.DataFrame, paper_claims_dropped: pl.DataFrame,
-              claim_labels: pl.DataFrame, lake: LakeResource) -> pl.DataFrame:
+              claim_labels: pl.DataFrame, citance_enrichment: pl.DataFrame, citation_verdicts: pl.DataFrame,
+              lake: LakeResource) -> pl.DataFrame:
     """LLM usage behind this venue's tables, per model, role and prompt: calls, tokens, cost, parse failures and
     errors, read from the `llm_calls` ledger for the call ids the tables reference (every role: extractor, fact
-    tagger, labellers; the verifiers' are in `predictions`)."""
+    tagger, labellers, citance tagger, citation verifiers; the claim verifiers' are in `predictions`)."""
     call_ids = referenced_call_ids({
         "review_claims": review_claims, "claims_dropped": claims_dropped, "claim_types": claim_types,
-        "paper_claims": paper_claims, "paper_claims_dropped": paper_claims_dropped, "claim_labels": claim_labels})
+        "paper_claims": paper_claims, "paper_claims_dropped": paper_claims_dropped, "claim_labels": claim_labels,
+        "citance_enrichment": citance_enrichment, "citation_verdicts": citation_verdicts})
     if call_ids.is_empty():  # no claim needed a call (e.g. no manuscript): there may be no ledger at all
         return pl.DataFrame(schema=USAGE_SCHEMA)
     ledger = pl.read_parquet(lake.lake().root / "llm_calls" / "*.parquet").unique("call_id", keep="last")

@@ -6,6 +6,7 @@ from dagster._core.definitions.assets.graph.asset_graph import AssetGraph
 from assets import (
     arbitration,
     audit,
+    citations,
     claims,
     embeddings,
     forum_tables,
@@ -43,7 +44,7 @@ from peerify_dagster.sensors import SCHEDULES, SENSORS
 
 all_assets = [*dg.load_assets_from_modules(
     [ingestion, forum_tables, manuscript_pdfs, manuscripts, embeddings, claims, labels, arbitration, audit, slices,
-     retrieval, verification, predictions, metrics, reports, release]
+     retrieval, verification, predictions, metrics, reports, release, citations]
 ), release_import.release_rows]
 RELEASE_LINEAGE = [UpstreamAsset(asset=name, partitioning=BY_VENUE if by_venue else UNPARTITIONED)
                    for name, by_venue in upstream_of(AssetGraph.from_assets([a for a in all_assets if isinstance(a, dg.AssetsDefinition)]),

@@ -25,7 +25,16 @@ import polars as pl
 from peerify_dagster.domain import predictions as pred
 from peerify_dagster.domain.claims import review_sections
 from peerify_dagster.domain.forum_tables import REVIEW_TEXT_FIELDS
-from peerify_dagster.domain.llm_stages import LLM_STAGES, PAPER_CLAIMS, PREDICTIONS, STAGES_BY_NAME, LLMStage
+from peerify_dagster.domain.citations.options import CitationOptions
+from peerify_dagster.domain.llm_stages import (
+    CITANCE_TAGGING,
+    CITATION_VERDICTS,
+    LLM_STAGES,
+    PAPER_CLAIMS,
+    PREDICTIONS,
+    STAGES_BY_NAME,
+    LLMStage,
+)
 from peerify_dagster.domain.notes import MalformedNote, classify, note_api_version, read_note, text_value
 from peerify_dagster.domain.prompts import load_prompt
 from peerify_dagster.domain.venues import SOURCE_SNAPSHOT, SOURCE_UPLOAD, Venue
@@ -38,6 +47,10 @@ SECTIONS_PER_REVIEW = 3.1
 CLAIMS_PER_REVIEW = (4.3, 9.7)
 REVIEWS_PER_PAPER = (3, 5)
 PARAGRAPHS_PER_PAPER = 5  # PaperClaimsConfig's default: one claim each, then its rephrasing
+# Citing sentences a paper, an assumption: RefVerifier's 8 manuscripts held 118 checked claims (about 15 each); a full
+# ML paper cites in up to about 60 sentences. Each cites about 1.5 entries; none or all of them may be found.
+CITANCES_PER_PAPER = (15, 60)
+ENTRIES_PER_CITANCE = 1.5
 BASIS_LAKE, BASIS_SIZE = "lake", "size x release averages"
 
 
@@ -135,7 +148,8 @@ def estimate_build(lake: Lake, venue: Venue, snapshot: Path, configurations: Seq
         claims, papers = _built_rows(lake, venue.key, "review_claims") or size.claims, size.papers
         expected = {"review_claims": size.sections, "claim_types": claims,
                     "paper_claims": (papers * PARAGRAPHS_PER_PAPER, 2 * papers * PARAGRAPHS_PER_PAPER),
-                    "claim_labels": (claims[0], 2 * claims[1])}  # per labeller: manuscript; + thread when answered
+                    "claim_labels": (claims[0], 2 * claims[1]),  # per labeller: manuscript; + thread when answered
+                    **_citation_calls(lake, venue, papers)}
     for stage in LLM_STAGES:
         if stage.per_configuration or stage.name not in runs:
             continue
@@ -171,6 +185,16 @@ def estimate_build(lake: Lake, venue: Venue, snapshot: Path, configurations: Seq
                                                    model, covered, size.basis, gateway, means,
                                                    prompts=(configuration.prompt_id,)))
     return estimate
+
+
+def _citation_calls(lake: Lake, venue: Venue, papers: int) -> dict[str, tuple[int, int]]:
+    """The citation stages' calls (per model of their role): the tagger's one per citance when the venue turns it
+    on; the verifiers' one per citance x cited entry x evidence mode, from none (no cited paper found) to all."""
+    options = CitationOptions.from_mapping(venue.citations)
+    citances = _built_rows(lake, venue.key, "citances") or (papers * CITANCES_PER_PAPER[0],
+                                                            papers * CITANCES_PER_PAPER[1])
+    pairs = round(citances[1] * ENTRIES_PER_CITANCE * len(options.modes))
+    return {CITANCE_TAGGING: citances if options.enrichment else (0, 0), CITATION_VERDICTS: (0, pairs)}
 
 
 def _unknown_size(venue: Venue) -> str:

@@ -41,11 +41,21 @@ verify_upload_job = dg.define_asset_job(
     description="One upload venue of `peerify verify` (a paper and its reviews) up to its predictions' inputs: "
                 "forums, manuscript, chunks, review claims, retrieval.",
 )
+# `peerify verify --citations`: the citation half of one upload venue (its manuscript's citances, bibliography,
+# reference checks, cited papers, evidence, verdicts and figures) and what it reads; no review is needed.
+CITATION_RESULTS = ("citation_verdicts", "citation_metrics")
+VERIFY_CITATIONS = dg.AssetSelection.assets(*CITATION_RESULTS).upstream().required_multi_asset_neighbors()
+verify_citations_job = dg.define_asset_job(
+    "verify_citations",
+    selection=VERIFY_CITATIONS,
+    description="The citation half of one upload venue of `peerify verify --citations` (or any venue): citances, "
+                "bibliography, reference checks, cited papers, evidence, verdicts, figures.",
+)
 release_job = dg.define_asset_job(
     "publish_label_release", selection=RELEASE,
     description="Write a versioned label release of venues' benchmark slices (run config: version, venues).",
 )
 
-JOBS = [build_venue_job, predictions_job, venue_results_job, verify_upload_job, release_job]
+JOBS = [build_venue_job, predictions_job, venue_results_job, verify_upload_job, verify_citations_job, release_job]
 
 REFRESH_RUN_CONFIG = {"ops": {"raw_openreview_notes": {"config": {"refetch": True}}}}

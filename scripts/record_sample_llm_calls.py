@@ -51,7 +51,7 @@ def live_registry(folder: Path) -> Path:
     registry_file = Path(paths.registry_path())
     entry = {k: v for k, v in vars(load_registry(registry_file)[VENUE]).items()
              if v is not None and k not in ("key", "llm_recording")}
-    for name in ("snapshot", "gold_claims"):
+    for name in ("snapshot", "gold_claims", "gold_citations"):
         if entry.get(name):
             entry[name] = str((registry_file.parent / entry[name]).resolve())
     path = folder / "venues.yaml"

@@ -539,3 +539,22 @@ def long_paper(pages: int = 60) -> bytes:
                 break
         letter += 1
     return bytes(pdf.output())
+
+
+def citing_paper(title: str, paragraphs: tuple[str, ...], references: tuple[str, ...] | None = None) -> bytes:
+    """A one-column paper: `title`, an introduction of `paragraphs` (which may carry citation markers) and, unless
+    `references` is None, a "References" section of one block per entry, as written."""
+    pdf = _Paper()
+    pdf.add_page()
+    pdf.set_font("Helvetica", "B", 16)
+    pdf.multi_cell(0, 8, title, align="C", new_x="LMARGIN", new_y="NEXT")
+    pdf.heading("1 Introduction")
+    for text in paragraphs:
+        pdf.paragraph(text)
+    if references is not None:
+        pdf.heading("References")
+        for entry in references:
+            pdf.set_font("Times", "", 9)
+            pdf.multi_cell(0, 4.5, entry, new_x="LMARGIN", new_y="NEXT")
+            pdf.ln(1)
+    return bytes(pdf.output())

@@ -254,7 +254,8 @@ def test_registry_chunking_options_drive_the_chunks_asset(tmp_path: Path) -> Non
     import dagster as dg
     import polars as pl
 
-    from assets.manuscripts import PARSED_SCHEMA, chunks
+    from assets.manuscripts import chunks
+    from peerify_dagster.resources.parsed_tables import PARSED_SCHEMA
     from peerify_dagster.resources.dagster_resources import VenueRegistryResource
 
     registry = tmp_path / "venues.yaml"

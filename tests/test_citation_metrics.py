@@ -47,8 +47,20 @@ BIBLIOGRAPHY = pl.DataFrame({
 })
 CHECKS = pl.DataFrame({"entry_id": ["P1:r1", "P1:r2", "P1:r3", "P1:r4", "P2:r1"],
                        "status": ["validated", "suspicious", "unvalidatable", "unvalidatable", "validated"]})
+
+def _attempts(*outcomes: str) -> list[dict]:
+    return [{"source": "library", "outcome": outcome, "locator": None, "detail": None} for outcome in outcomes]
+
+
+# P1:r2's file failed the right-paper check; P1:r4's was refused by the parser (never compared); P2:r1 is the venue's
+# own manuscript (no file compared either).
 CITED = pl.DataFrame({"entry_id": ["P1:r1", "P1:r2", "P1:r3", "P1:r4", "P2:r1", "P3:none"],
-                      "status": ["resolved", "rejected", "resolved", "unresolved", "resolved", "unresolved"]})
+                      "status": ["resolved", "rejected", "resolved", "rejected", "resolved", "unresolved"],
+                      "source": ["library", "library", "library", "library", "venue", None],
+                      "attempts": [_attempts("resolved"), _attempts("wrong_paper"), _attempts("resolved"),
+                                   _attempts("encrypted"), [], []]},
+                     schema_overrides={"attempts": pl.List(pl.Struct({"source": pl.String, "outcome": pl.String,
+                                                                      "locator": pl.String, "detail": pl.String}))})
 EVIDENCE = pl.DataFrame([
     # windows: c1's evidence is the second passage; c2's paper could not be had; P2's passage is not its evidence.
     ("P1:c1", "P1:r1", "windows", "hybrid", 1, "k1:w0.0-2", "Unrelated stuff.", "ok"),
@@ -126,7 +138,7 @@ def test_resolution_beside_refverifiers_chain(rows) -> None:
     assert figure(rows, "resolution", "resolved share") == (0.6, 5, pytest.approx(0.576, abs=5e-4))
     assert figure(rows, "resolution", "resolved share with identifier") == (pytest.approx(2 / 3), 3, 0.926)
     assert figure(rows, "resolution", "resolved share without identifier") == (0.5, 2, 0.454)
-    assert figure(rows, "resolution", "rejected wrong papers") == (1.0, 4, None)
+    assert figure(rows, "resolution", "rejected wrong papers") == (1.0, 3, None)
     assert "93%" in rows[("resolution", "rejected wrong papers")]["note"]
 
 
@@ -220,7 +232,7 @@ def test_report_section_shows_every_figure_beside_refverifiers_or_says_why_not(r
     assert "| hit rate (windows, hybrid) | 50.0% | 4 | 68.0% |" in markdown
     assert "| precision | 0.667 | 3 | 0.980 |" in markdown
     assert "| citances per manuscript | 1.3 | 3 | n/a | " in markdown
-    assert "| rejected wrong papers | 1 | 4 | n/a |" in markdown
+    assert "| rejected wrong papers | 1 | 3 | n/a |" in markdown
     assert "**Warning:** Verifier m2 (windows) answered Supported" in markdown
     assert "| one label" not in markdown  # the warning, not a table row
     table_rows = [line for line in markdown.splitlines() if line.startswith("| ") and "| metric |" not in line]

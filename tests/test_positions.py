@@ -16,7 +16,7 @@ import polars as pl
 import pypdfium2 as pdfium
 import pytest
 
-from assets.manuscripts import PARSED_SCHEMA, parsed_row
+from peerify_dagster.resources.parsed_tables import PARSED_SCHEMA, parsed_row
 from peerify_dagster.domain.chunking import CHUNK_SCHEMA, ChunkingConfig, chunk_document
 from peerify_dagster.domain.layout import Block, LineRegion, Region, TextLine, merge_regions, recover_blocks
 from peerify_dagster.domain.layout.regions import regions_of_lines, text_offset

@@ -18,6 +18,8 @@ from peerify_dagster.cli import report
 from peerify_dagster.cli.build_session import BudgetSpent, BuildInterrupted, BuildSession, StopSignals
 from peerify_dagster.cli.common import ConfigError, format_table, one_line, refuse_upload, registered_venues, say
 from peerify_dagster.cli.home import check_dagster_home, open_home
+from peerify_dagster.domain.citations.options import CitationOptions
+from peerify_dagster.domain.citations.verdicts import CITANCE_TAGGER_ROLE
 from peerify_dagster.domain.llm_stages import prompts_by_role
 from peerify_dagster.domain.release_import import IMPORTED_TABLES
 from peerify_dagster.domain.venues import SOURCE_RELEASE, Venue, missing_files
@@ -74,8 +76,15 @@ def check_build_config(venue_key: str, configurations: list) -> Venue:
     missing = missing_files(venue, registry_path)
     if missing:
         raise ConfigError(missing[0])
-    check_models(venue_key, configurations)
+    check_models(venue_key, configurations, called_roles(venue))
     return venue
+
+
+def called_roles(venue: Venue) -> list[str]:
+    """The roles a build of the venue may call: every stage's, but the citance tagger's only where the venue turns
+    citation enrichment on (its build never calls it otherwise, so nothing of it is needed)."""
+    tagging = CitationOptions.from_mapping(venue.citations).enrichment
+    return [role for role in prompts_by_role() if tagging or role != CITANCE_TAGGER_ROLE]
 
 
 def check_models(what: str, configurations: list, roles: Collection[str] | None = None) -> None:

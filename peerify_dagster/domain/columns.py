@@ -115,6 +115,18 @@ COLUMNS: dict[str, str] = {
     "n_blocks": "Number of parsed blocks.",
     "page_sizes": "Each page's size {page, width, height} in PDF points as displayed (the frame of the regions); "
                   "empty for HTML / Markdown / text manuscripts.",
+    # the citation half (citances, bibliography, reference checks, cited papers, evidence, verdicts)
+    "entry_id": "Stable id of a reference entry of the citing manuscript: `<paper_id>:r<position in its reference "
+                "list>` (`<paper_id>:none` for a manuscript without a references section).",
+    "entry_index": "1-based position of the entry in the manuscript's reference list.",
+    "citance_id": "Stable id of a citing sentence: `<paper_id>:c<n>`, n in reading order.",
+    "cited_key": "The cited paper's full text: `sha256:<hex>` of its stored PDF (<lake>/cited_pdfs/), or "
+                 "`forum:<paper_id>` for a manuscript of the same venue; null when it could not be had.",
+    "passage_id": "Id of a passage of the cited paper: `<cited_key>:w<block order>.<first>-<last sentence>` for a "
+                  "sentence window, `<cited_key>:b<block order>` for a whole block (merged mode).",
+    "passage_ids": "The passages of the cited paper shown to the verifier, in the order shown.",
+    "entry_ids": "The bibliography entries (entry_id) the row's citation markers resolve to.",
+    "mode": "Evidence mode: windows (the ranked sentence windows) or merged (the cited paper whole in one call).",
     # chunks
     "section_path": "Heading path of the chunk's section, outermost first.",
     "section": "Heading of the chunk's innermost section.",
@@ -402,6 +414,109 @@ TABLE_COLUMNS: dict[tuple[str, str], str] = {
     ("token_costs", "mode"): "The configuration's mode: rag, full_context or oracle.",
     ("token_costs", "retriever"): "Retriever whose ranking supplied the passages (rag); null otherwise.",
     ("token_costs", "k"): "Passages shown (rag); null otherwise.",
+    # the citation half
+    ("bibliography", "label"): "The label the entry is cited by in a numbered list ('5' for '[5]' or '5.'); null "
+                               "for an unlabelled (author-year) list.",
+    ("bibliography", "raw_text"): "The entry as the manuscript prints it (lines joined; a split or merged entry "
+                                  "repaired).",
+    ("bibliography", "authors"): "The entry's authors as written, in order.",
+    ("bibliography", "surnames"): "The authors' family names in order (what author-year markers name).",
+    ("bibliography", "title"): "The cited work's title as the entry gives it; null when not found.",
+    ("bibliography", "year"): "Publication year the entry gives; null when not found.",
+    ("bibliography", "year_suffix"): "The letter after the year ('a' in 2019a) telling one author's works apart.",
+    ("bibliography", "published_in"): "Journal, proceedings or series the entry names.",
+    ("bibliography", "doi"): "DOI the entry gives, lower-cased, without a resolver prefix.",
+    ("bibliography", "arxiv_id"): "arXiv identifier the entry gives, without version.",
+    ("bibliography", "url"): "URL the entry gives.",
+    ("bibliography", "field_sources"): "How each field was found: {field, method} (e.g. doi: doi_pattern, title: "
+                                       "quoted).",
+    ("bibliography", "parse_status"): "parsed (a title and authors or year), partial (some fields), unparsed, or "
+                                      "no_references (the manuscript has no references section).",
+    ("bibliography", "parse_reason"): "Why the entry is partial or unparsed (what could not be told apart).",
+    ("bibliography", "page"): "Page the entry starts on.",
+    ("bibliography", "regions"): "Where the entry lies: boxes {page, x0, y0, x1, y1} in PDF points from the page's "
+                                 "top-left.",
+    ("citances", "text"): "The citing sentence, with its citation markers.",
+    ("citances", "block_order"): "Order of the manuscript block (parsed_manuscripts.blocks) holding the sentence.",
+    ("citances", "char_start"): "Where the sentence starts in its block's text (characters).",
+    ("citances", "char_end"): "Where the sentence ends in its block's text (characters, exclusive).",
+    ("citances", "page"): "Page the sentence starts on.",
+    ("citances", "regions"): "Where the sentence lies: boxes of its lines {page, x0, y0, x1, y1} in PDF points.",
+    ("citances", "section_path"): "Heading path of the sentence's section, outermost first.",
+    ("citances", "markers"): "Its citation markers: {text as written, style, start, end (in the block's text), "
+                             "entry_ids they resolve to, unresolved_keys (keys no entry matches)}.",
+    ("citances", "style"): "Marker style: numeric, author_year, narrative, superscript, or mixed.",
+    ("citances", "claim_type"): "Rule-based claim type: causal, predictive, comparative, quantitative or "
+                                "descriptive (picks the evidence window length).",
+    ("citances", "hedged"): "Whether the sentence hedges its claim (may, suggest, likely, ...).",
+    ("citances", "resolution"): "How many of its markers' keys resolve to entries: all, some or none.",
+    ("citance_enrichment", "status"): "ok (the tagger answered), off (the venue did not turn enrichment on), "
+                                      "parse_failed or error.",
+    ("citance_enrichment", "claim_type"): "The tagger's claim type (causal, predictive, comparative, quantitative, "
+                                          "descriptive); null unless ok.",
+    ("citance_enrichment", "hedge_level"): "The tagger's hedge level: none, weak or strong; null unless ok.",
+    ("citance_enrichment", "supported_text"): "The part of the sentence the citation supports, per the tagger.",
+    ("citance_enrichment", "reason"): "Why there is no tag (the parse problem or the call's error).",
+    ("reference_checks", "status"): "validated (a metadata record agrees on title, first author and year), suspicious "
+                                    "(a record found by the entry's DOI or arXiv id contradicts it, the year is off, "
+                                    "the work is retracted) or unvalidatable (no service configured, all failed, no "
+                                    "match).",
+    ("reference_checks", "reasons"): "The evidence for the status, in sentences naming the service and the values.",
+    ("reference_checks", "services"): "The metadata services asked (citations.metadata of the venue).",
+    ("reference_checks", "matched_service"): "The service whose record the status rests on.",
+    ("reference_checks", "matched_title"): "That record's title.",
+    ("reference_checks", "matched_authors"): "That record's authors' family names.",
+    ("reference_checks", "matched_year"): "That record's publication year.",
+    ("reference_checks", "matched_doi"): "That record's DOI.",
+    ("reference_checks", "matched_arxiv_id"): "That record's arXiv id.",
+    ("reference_checks", "title_similarity"): "0-1 similarity of the entry's title and the record's (normalised).",
+    ("reference_checks", "author_overlap"): "Share of the entry's surnames found among the record's authors.",
+    ("reference_checks", "year_delta"): "The record's year minus the entry's.",
+    ("reference_checks", "retracted"): "Whether the record marks the work retracted.",
+    ("reference_checks", "open_access_urls"): "PDF locations the records name (tried by the cited-paper resolution "
+                                              "when the venue lists open_access).",
+    ("reference_checks", "errors"): "Each service that failed: 'service: reason' (HTTP 429 after N tries, malformed "
+                                    "JSON, timed out, ...).",
+    ("reference_checks", "evidence_json"): "The records compared and their figures, as JSON.",
+    ("cited_papers", "status"): "resolved (a full text passed the right-paper check), rejected (one was found and "
+                                "refused: wrong paper, encrypted, image-only) or unresolved.",
+    ("cited_papers", "source"): "Where the full text came from: library, venue, arxiv or open_access.",
+    ("cited_papers", "locator"): "The file name, forum id or URL of the full text taken (or last refused).",
+    ("cited_papers", "pdf_sha256"): "sha256 of the PDF taken (or last refused); null for a venue manuscript.",
+    ("cited_papers", "right_paper_score"): "Share of the entry's title words found in order on the full text's first "
+                                           "page (taken at 0.8 or more).",
+    ("cited_papers", "reason"): "Why the entry is not resolved: every source tried with its outcome.",
+    ("cited_papers", "attempts"): "Each source tried in order: {source, outcome (code), locator, detail}.",
+    ("cited_manuscripts", "pdf_sha256"): "sha256 of the stored cited PDF.",
+    ("cited_manuscripts", "lake_path"): "Where the cited PDF is stored in the lake (cited_pdfs/<sha256>.pdf).",
+    ("citation_evidence", "status"): "ok (a ranked passage), no_cited_paper (the entry's full text could not be "
+                                     "had) or no_passages (it has no prose).",
+    ("citation_evidence", "rank"): "Rank of the passage for the citance (1 = best).",
+    ("citation_evidence", "score"): "Retriever score of the passage for the citance.",
+    ("citation_evidence", "text"): "The passage: consecutive sentences of one paragraph of the cited paper.",
+    ("citation_evidence", "page"): "Page of the cited paper the passage starts on.",
+    ("citation_evidence", "regions"): "Where the passage lies in the cited paper: boxes {page, x0, y0, x1, y1} in "
+                                      "PDF points.",
+    ("citation_evidence", "window_sentences"): "Sentences a window holds for this claim type (3; 5 for causal or "
+                                               "predictive claims).",
+    ("citation_evidence", "reason"): "Why the pair has no passage.",
+    ("citation_verdicts", "verifier"): "Model that judged the citation (the citation_verifiers role).",
+    ("citation_verdicts", "status"): "ok, no_cited_paper (Not Enough Information without a call), too_long (merged "
+                                     "mode: the paper does not fit the window), no_passages, parse_failed or error.",
+    ("citation_verdicts", "label"): "Supported, Partially Supported, Not Supported or Not Enough Information; null "
+                                    "when there is no verdict.",
+    ("citation_verdicts", "explanation"): "The verifier's explanation (or why no model was asked).",
+    ("citation_verdicts", "reason"): "Why there is no model verdict (parse problem, call error, too long).",
+    ("citation_verdicts", "tokens_in"): "Prompt tokens of the call (0 without a call).",
+    ("citation_verdicts", "tokens_out"): "Completion tokens of the call (0 without a call).",
+    ("citation_metrics", "stage"): "Stage of the figure: detection, parsing, reference_checks, resolution, "
+                                   "localisation or verdicts.",
+    ("citation_metrics", "metric"): "What is measured (the scope, e.g. verifier and mode, in brackets).",
+    ("citation_metrics", "value"): "The figure: a share or a 0-1 score, a count or a mean (the metric says which).",
+    ("citation_metrics", "n"): "How many items the figure is over.",
+    ("citation_metrics", "refverifier"): "RefVerifier's published figure for the same measurement; null where it "
+                                         "published none.",
+    ("citation_metrics", "note"): "What was counted, and for a null refverifier why none is comparable.",
     ("token_costs", "tokens_in"): "Prompt tokens of the calls made.",
     ("token_costs", "tokens_out"): "Completion tokens of the calls made.",
     ("retrieval_metrics", "reason"): "Why the retriever has no metrics (unavailable); null for ok rows.",

@@ -9,11 +9,18 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from peerify_dagster.domain.citations.verdicts import (
+    CITANCE_TAGGER_ROLE,
+    CITATION_VERIFIERS_ROLE,
+    TAG_CITANCE_PROMPT,
+    VERIFY_CITATION_PROMPT,
+)
 from peerify_dagster.domain.labelling import LABELLER_ROLES, MANUSCRIPT_PROMPT, THREAD_PROMPT
 from peerify_dagster.domain.predictions import VERIFIERS_ROLE, VERIFY_PROMPT
 
 EXTRACTION, TAGGING, PAPER_CLAIMS, LABELLING, PREDICTIONS = (
     "review_claims", "claim_types", "paper_claims", "claim_labels", "predictions")
+CITANCE_TAGGING, CITATION_VERDICTS = "citance_enrichment", "citation_verdicts"
 
 
 @dataclass(frozen=True)
@@ -40,6 +47,11 @@ LLM_STAGES: tuple[LLMStage, ...] = (
              "response", 3000),
     LLMStage(PREDICTIONS, {"predictions": ("call_id",)}, (VERIFIERS_ROLE,), (VERIFY_PROMPT, THREAD_PROMPT),
              "per configuration: one call per claim it covers x verifier model", 3000, per_configuration=True),
+    LLMStage(CITANCE_TAGGING, {"citance_enrichment": ("call_id",)}, (CITANCE_TAGGER_ROLE,), (TAG_CITANCE_PROMPT,),
+             "one call per citance, only where the venue turns citations.enrichment on", 300),
+    LLMStage(CITATION_VERDICTS, {"citation_verdicts": ("call_id",)}, (CITATION_VERIFIERS_ROLE,),
+             (VERIFY_CITATION_PROMPT,),
+             "one call per citance x cited entry whose paper was found x citation verifier x evidence mode", 2500),
 )
 STAGES_BY_NAME = {stage.name: stage for stage in LLM_STAGES}
 

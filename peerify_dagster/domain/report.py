@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from peerify_dagster.domain import plots
+from peerify_dagster.domain.citations.metrics import ONE_LABEL, STAGES, format_value
 from peerify_dagster.domain.arbitration import AGREED, PENDING, THIRD_LABEL, UNLABELLED, UPHELD
 from peerify_dagster.domain.label_metrics import UNPARSED, confusion_matrix, distribution_text
 from peerify_dagster.domain.labelling import agreement_warnings
@@ -45,7 +46,7 @@ PREDICTED_COLUMNS = (*LABELS, UNPARSED)
 PROVENANCES = (AGREED, UPHELD["a"], UPHELD["b"], THIRD_LABEL, PENDING, UNLABELLED)
 # The tables the report reads, one venue partition each (predictions are read per configuration).
 REPORT_TABLES = ("benchmark_slices", "metrics", "token_costs", "retrieval_metrics", "labeller_agreement",
-                 "canonical_labels", "llm_usage", "chunks")
+                 "canonical_labels", "llm_usage", "chunks", "citation_metrics")
 CONFIGURATION_COLUMNS = ("verifier", "configuration", "mode", "retriever", "k")
 RETRIEVAL_COLUMNS = ("retriever", "relevance", "status", "n_claims", "n_claims_scored", "n_claims_without_manuscript",
                      "n_claims_gold_unlocatable", *plots.RETRIEVAL_METRICS)
@@ -210,6 +211,23 @@ def _table(title: str, inputs: Sequence[Input], build: Callable[..., pl.DataFram
     return Table(title, tuple(inputs), build(*frames), note, tuple(warn(*frames)) if warn else ())
 
 
+def citation_figures(citation_metrics: pl.DataFrame) -> pl.DataFrame:
+    """The citation half's figures by stage, each value and RefVerifier's formatted alike ("n/a": none comparable);
+    the one-label rows are warnings, not figures."""
+    rows = [{"stage": row["stage"], "metric": row["metric"], "value": format_value(row["metric"], row["value"]),
+             "n": row["n"], "refverifier": "n/a" if row["refverifier"] is None
+             else format_value(row["metric"], row["refverifier"]), "note": row["note"] or ""}
+            for row in citation_metrics.iter_rows(named=True) if not row["metric"].startswith(ONE_LABEL)]
+    order = {stage: position for position, stage in enumerate(STAGES)}
+    return pl.DataFrame(sorted(rows, key=lambda row: order.get(row["stage"], len(order))),
+                        schema={"stage": pl.String, "metric": pl.String, "value": pl.String, "n": pl.Int64,
+                                "refverifier": pl.String, "note": pl.String})
+
+
+def citation_warnings(citation_metrics: pl.DataFrame) -> list[str]:
+    return [row["note"] for row in citation_metrics.iter_rows(named=True) if row["metric"].startswith(ONE_LABEL)]
+
+
 # -- the figures -----------------------------------------------------------------------------------------------------
 
 def _matrix(cells: Sequence[Mapping]) -> dict[str, dict[str, int]]:
@@ -339,6 +357,13 @@ def build_report(venue: str, inputs: Mapping[str, Input], predictions: Mapping[s
             _table("Verifier tokens per configuration", [inputs["token_costs"]], lambda f: _pick(f, TOKEN_COST_COLUMNS),
                    "ratio_to_full_context: full-context tokens per claim / this configuration's"),
             _table("LLM usage behind the venue's tables", [inputs["llm_usage"]], lambda f: _pick(f, USAGE_COLUMNS)),
+        ]),
+        Section("Citations", [
+            _table("Each citing sentence against the paper it cites, beside RefVerifier",
+                   [inputs["citation_metrics"]], citation_figures,
+                   "detection, bibliography parsing, reference checks, resolution, evidence localisation and "
+                   "verdicts; refverifier: its published figure for the same measurement, n/a where it published "
+                   "none or measured something else (the note says which)", citation_warnings),
         ]),
     ])
 

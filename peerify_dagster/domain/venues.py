@@ -15,6 +15,7 @@ from pathlib import Path
 import yaml
 
 from peerify_dagster.domain.chunking import ChunkingConfig, ChunkingConfigError
+from peerify_dagster.domain.citations.options import CitationOptions, CitationOptionsError
 from peerify_dagster.domain.labelling import LabellingConfig, LabellingConfigError
 from peerify_dagster.domain.sampling import SamplingConfig, SamplingConfigError
 from peerify_dagster.domain.slices import SliceConfig, SliceConfigError
@@ -45,6 +46,7 @@ class Venue:
     api_url: str = DEFAULT_API_URL
     snapshot: str | None = None  # folder for source=snapshot or upload, relative to the registry file
     gold_claims: str | None = None  # claim answer key (YAML) with gold evidence, relative to the registry file
+    gold_citations: str | None = None  # citation answer key (YAML): citing sentences and their verdicts, relative too
     chunking: dict | None = None  # chunking options (domain.chunking.ChunkingConfig); None = the defaults
     api_version: int | None = None  # OpenReview API 1 or 2; None = detect (year before 2023 -> 1, else probe)
     sampling: dict | None = None  # paper-sampling options (domain.sampling.SamplingConfig); None = the defaults
@@ -52,6 +54,7 @@ class Venue:
     labelling: dict | None = None  # claim-labelling evidence options (domain.labelling.LabellingConfig); None = defaults
     slices: dict | None = None  # benchmark-slice options and gate settings (domain.slices.SliceConfig); None = defaults
     release: str | None = None  # for source=release: the release folder it was imported from, relative to the registry
+    citations: dict | None = None  # citation-half options (domain.citations.options.CitationOptions); None = defaults
 
     @property
     def slug(self) -> str:
@@ -65,6 +68,7 @@ _STAGE_OPTIONS = (
     ("sampling", SamplingConfig, SamplingConfigError),
     ("labelling", LabellingConfig, LabellingConfigError),
     ("slices", SliceConfig, SliceConfigError),
+    ("citations", CitationOptions, CitationOptionsError),
 )
 
 
@@ -98,7 +102,7 @@ def _venue_from_entry(key: str, entry: dict, sources: tuple[str, ...] = SOURCES)
                             f"known: {', '.join(sorted(known))}")
     if entry.get("api_version") not in (None, 1, 2) or isinstance(entry.get("api_version"), bool):
         raise RegistryError(f"venue {key!r}: api_version must be 1, 2 or absent (detect), got {entry['api_version']!r}")
-    for name in ("openreview_id", "api_url", "snapshot", "gold_claims", "llm_recording", "release"):
+    for name in ("openreview_id", "api_url", "snapshot", "gold_claims", "gold_citations", "llm_recording", "release"):
         if entry.get(name) is not None and not isinstance(entry[name], str):
             raise RegistryError(f"venue {key!r}: {name} must be a string, got {entry[name]!r}")
     for option, config, config_error in _STAGE_OPTIONS:

@@ -34,6 +34,7 @@ from peerify_dagster.domain.citations.vocabulary import (
     SUPPORTED,
 )
 from peerify_dagster.domain.citations.options import MODE_MERGED
+from peerify_dagster.domain.citations.resolution import OUTCOME_WRONG_PAPER
 from peerify_dagster.domain.citations.verdicts import (
     STATUS_ERROR,
     STATUS_NO_CITED_PAPER,
@@ -206,10 +207,15 @@ def _resolution(cited_papers: pl.DataFrame, bibliography: pl.DataFrame) -> list[
                          frame.height, published,
                          f"entries resolved to a full text and accepted by the right-paper check; RefVerifier: "
                          f"{published.measured}, through its own chain of sources (here: the venue's resolve order)"))
-    rejected = int((papers["status"] == "rejected").sum())
-    candidates = rejected + int((papers["status"] == "resolved").sum())
-    rows.append(_row("resolution", "rejected wrong papers", float(rejected), candidates,
-                     note=f"candidate files the right-paper check refused, of {candidates} found; n/a: RefVerifier "
+    # Refusals by the right-paper check only (a file the parser refused, encrypted or image-only, was never compared),
+    # over the full texts that reached the check: the ones taken from a file and the ones it refused.
+    outcomes = cited_papers.select("entry_id", "source", "status", pl.col("attempts").list.eval(
+        pl.element().struct.field("outcome")).alias("outcomes")).join(entries, on="entry_id", how="inner")
+    wrong = int(outcomes["outcomes"].list.contains(OUTCOME_WRONG_PAPER).sum())
+    checked = wrong + int(((outcomes["status"] == "resolved") & (outcomes["source"] != "venue")).sum())
+    rows.append(_row("resolution", "rejected wrong papers", float(wrong), checked,
+                     note=f"full texts the right-paper check refused, of {checked} it compared (a file the parser "
+                          f"refused, encrypted or image-only, is not among them); n/a: RefVerifier "
                           f"reports the {REFVERIFIER['right_paper'].measured}: "
                           f"{REFVERIFIER['right_paper'].value:.0%}, not a count of refusals"))
     return rows

@@ -109,3 +109,11 @@ def regions_of_lines(lines: Iterable[LineRegion], start: int, end: int) -> list[
         if line.start < end and (following is None or following.start > start)
     ]
     return merge_regions(covered)
+
+
+def regions_of_span(text: str, lines: Iterable[LineRegion], start: int, end: int,
+                    whole: Iterable[Region] = ()) -> list[Region]:
+    """The boxes of the characters [start, end) of a block's `text` (a sentence of a paragraph), from the block's
+    line regions; the block's own boxes (`whole`) when it has no line regions."""
+    placed = regions_of_lines(lines, text_offset(text[:start]), text_offset(text[:end]))
+    return placed or list(whole)
