@@ -135,7 +135,7 @@ _OWN_PART = re.compile(r"(?:\b(?:Eqs?|Eqns?|Figs?|Tabs?|Secs?|Sect|Thm|Lem|Def|P
 _MAX_RANGE = 100  # "[3-900]" is no range of references
 
 
-def _fold(name: str) -> str:
+def fold_name(name: str) -> str:
     """A surname compared without case, accents, spaces, apostrophes or hyphens ("D’Souza" ~ "dsouza")."""
     ascii_name = unicodedata.normalize("NFKD", name).encode("ascii", "ignore").decode("ascii").lower()
     return re.sub(r"[^a-z]", "", ascii_name)
@@ -223,7 +223,7 @@ class _Work:
 
     @property
     def key(self) -> str:
-        return f"{_fold(self.surnames[0])}|{self.year}{self.suffix}"
+        return f"{fold_name(self.surnames[0])}|{self.year}{self.suffix}"
 
 
 def _authors(written: str) -> tuple[tuple[str, ...], bool, int, int]:
@@ -239,7 +239,7 @@ def _authors(written: str) -> tuple[tuple[str, ...], bool, int, int]:
         skipped = written.index(names[1], skipped) if len(names) > 1 else len(written)
         names.pop(0)
         separators = separators[1:]
-    if not names or any(name.lower() in _NOT_NAMES or len(_fold(name)) < 2 for name in names):
+    if not names or any(name.lower() in _NOT_NAMES or len(fold_name(name)) < 2 for name in names):
         return (), et_al, 0, skipped
     comma_led = 0
     while comma_led < len(separators) and separators[comma_led] == ",":
@@ -335,13 +335,13 @@ def _parse_works(marker: Marker) -> list[_Work]:
 def _surname_forms(name: str) -> set[str]:
     """A surname folded whole and by its last word: "van der Maaten" and "Maaten" name the same author."""
     words = name.split()
-    return {form for form in (_fold(name), _fold(words[-1]) if words else "") if len(form) >= 2}
+    return {form for form in (fold_name(name), fold_name(words[-1]) if words else "") if len(form) >= 2}
 
 
 def _names_match(surnames: Sequence[str], et_al: bool, entry: ParsedEntry) -> bool:
     listed = [forms for forms in (_surname_forms(name) for name in entry.surnames) if forms]
     if not listed:  # an entry whose authors were not parsed: its raw text must begin with the first surname
-        return _fold(entry.raw_text[:60]).startswith(_fold(surnames[0]))
+        return fold_name(entry.raw_text[:60]).startswith(fold_name(surnames[0]))
     # "et al." names the first author only; "Smith and Lee" also the second, when the entry lists one.
     named = surnames[:1] if et_al else surnames
     return all(_surname_forms(name) & listed[position] for position, name in enumerate(named)

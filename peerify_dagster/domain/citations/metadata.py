@@ -24,8 +24,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from peerify_dagster.domain.citations.bibliography import _surname as surname_of
-from peerify_dagster.domain.citations.detection import _fold as fold_name
+from peerify_dagster.domain.citations.bibliography import surname as surname_of
+from peerify_dagster.domain.citations.detection import fold_name
 from peerify_dagster.domain.citations.entries import ParsedEntry
 from peerify_dagster.domain.citations.options import METADATA_SERVICES
 from peerify_dagster.domain.citations.resolution import canonical_arxiv_id, entry_arxiv_id
