@@ -86,7 +86,8 @@ def test_pdfs_are_checked_before_anything_runs():
     assert uploads.check_pdf("paper.pdf", SAMPLE_PDF, 2**20).pages == 4
     for data, limit, message in ((b"Hello, I am a text file.\n", 2**20, "paper.pdf: bytes are not a PDF"),
                                  (SAMPLE_PDF[:-200], 2**20, "paper.pdf: PDF is truncated"),
-                                 (SAMPLE_PDF, 1000, "paper.pdf: 9 KB is over the upload limit of 1 KB"),
+                                 (SAMPLE_PDF, 1000, f"paper.pdf: {uploads.size_text(len(SAMPLE_PDF))} is over the "
+                                                    "upload limit of 1 KB"),
                                  (b"", 2**20, "paper.pdf: PDF is empty")):
         with pytest.raises(uploads.UploadError) as refused:
             uploads.check_pdf("paper.pdf", data, limit)

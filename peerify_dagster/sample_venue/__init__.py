@@ -1,5 +1,6 @@
 """The bundled `sample` OpenReview venue: five project-authored papers, their review threads,
-an answer key of reviewer claims, and the generated API v2 snapshot (see README.md here).
+an answer key of reviewer claims, an answer key of the manuscripts' own citing sentences, and the generated
+API v2 snapshot (see README.md here).
 
 The paths below are the contract other code uses to find the sample; `snapshot.py` holds the
 generator that `scripts/build_sample_venue.py` runs.
@@ -16,3 +17,4 @@ SNAPSHOT_DIR = SAMPLE_VENUE_DIR / "snapshot"
 MANUSCRIPTS_DIR = SAMPLE_VENUE_DIR / "manuscripts"
 THREADS_PATH = SAMPLE_VENUE_DIR / "threads.yaml"
 CLAIM_KEY_PATH = SAMPLE_VENUE_DIR / "claim_key.yaml"
+CITATION_KEY_PATH = SAMPLE_VENUE_DIR / "citation_key.yaml"

@@ -26,7 +26,9 @@ needs; nothing more. A source looks like::
 
 Headings are `# ` lines; their level comes from the numbering ("3.2 Training setup" is level 2,
 "A Additional ablations" is an appendix section, "Acknowledgments" is unnumbered). Figures are
-either `flow:` (boxes joined by arrows) or `bars:` (`label=value; label=value`).
+either `flow:` (boxes joined by arrows) or `bars:` (`label=value; label=value`). A reference line
+without a `[n]` label is an author-year entry (cited as "(Harrow and Okafor, 2019)"); the renderer
+sets its further lines with a hanging indent.
 """
 
 from __future__ import annotations

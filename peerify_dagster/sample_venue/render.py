@@ -9,6 +9,7 @@ fixed, so the same source always yields the same bytes.
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
@@ -27,6 +28,8 @@ _TOP = 25.0
 _BOTTOM = _PAGE_HEIGHT - 22.0
 _COLUMN_GAP = 7.0
 _FIGURE_HEIGHT = 42.0
+_HANGING_INDENT = 5.0
+_NUMBERED_ENTRY = re.compile(r"^\[\d+\] ")
 
 
 @dataclass(frozen=True)
@@ -92,16 +95,18 @@ class _Layout:
         if not self.fits(height):
             self.advance()
 
-    def wrap(self, text: str) -> list[str]:
-        return self.pdf.multi_cell(self.width, self.line_height, text, dry_run=True, output=MethodReturnValue.LINES)
+    def wrap(self, text: str, indent: float = 0.0) -> list[str]:
+        return self.pdf.multi_cell(self.width - indent, self.line_height, text, dry_run=True,
+                                   output=MethodReturnValue.LINES)
 
-    def write_lines(self, lines: list[str]) -> bool:
-        """Place lines one by one; returns True when they were split over two pages."""
+    def write_lines(self, lines: list[str], indent: float = 0.0) -> bool:
+        """Place lines one by one, `indent` mm from the column's left edge; returns True when they were split over
+        two pages."""
         pages = set()
         for line in lines:
             self.reserve(self.line_height)
-            self.pdf.set_xy(self.x, self.y)
-            self.pdf.cell(self.width, self.line_height, line)
+            self.pdf.set_xy(self.x + indent, self.y)
+            self.pdf.cell(self.width - indent, self.line_height, line)
             self.y += self.line_height
             pages.add(self.pdf.page_no())
         return len(pages) > 1
@@ -232,7 +237,14 @@ def _render_figure(layout: _Layout, figure: Figure) -> None:
 def _render_references(layout: _Layout, references: ReferenceList) -> None:
     layout.pdf.set_font("Helvetica", "", layout.body_size - 1.5)
     for entry in references.entries:
-        layout.write_lines(layout.wrap(entry))
+        lines = layout.wrap(entry)
+        if _NUMBERED_ENTRY.match(entry) or len(lines) == 1:
+            layout.write_lines(lines)
+        else:
+            # An author-year entry has no label to start it; its further lines hang, as such lists are set, so a
+            # reader (and a parser) sees where the next entry begins.
+            layout.write_lines(lines[:1])
+            layout.write_lines(layout.wrap(entry[len(lines[0]):].strip(), _HANGING_INDENT), _HANGING_INDENT)
         layout.y += 1.0
 
 
