@@ -3,7 +3,7 @@ it cites. Bibliography entries parsed, citances detected and their markers resol
 scholarly metadata, cited papers found and parsed by the manuscript path, evidence windows ranked, verdicts given
 through the gateway, and the figures beside RefVerifier's. The logic is in domain/citations/."""
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import dagster as dg
@@ -297,12 +297,16 @@ def cited_papers(context: dg.AssetExecutionContext, bibliography: pl.DataFrame, 
     resolver = CitedPaperResolver(store)
     titles = manuscript_titles(parsed_manuscripts)
     open_access = dict(reference_checks.select("entry_id", "open_access_urls").rows())
+    own_pdfs = dict(parsed_manuscripts.select("paper_id", "pdf_sha256").rows())
     rows = []
     for paper_id, entries in entries_of(bibliography).items():
+        # A paper never cites itself: its own PDF (in the library too, say) and its own title are no candidates.
         others = {other: title for other, title in titles.items() if other != paper_id}
+        shelf = replace(library, files=[f for f in library.files if f.sha256 != own_pdfs.get(paper_id)]) \
+            if library else None
         for entry in entries:
             key = entry_id(paper_id, entry.index)
-            resolution = resolver.resolve_entry(entry, options, library, others, open_access.get(key) or ())
+            resolution = resolver.resolve_entry(entry, options, shelf, others, open_access.get(key) or ())
             rows.append({"venue": venue, "paper_id": paper_id, "entry_id": key, **resolution.row()})
             context.log.info(f"{key}: {resolution.status}" + (f" ({resolution.source})" if resolution.source else ""))
     frame = pl.DataFrame(rows, schema=CITED_PAPER_SCHEMA)

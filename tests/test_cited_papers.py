@@ -402,6 +402,17 @@ def test_right_paper_without_a_title_needs_the_identifier_on_the_page():
                        metadata_title="Construction of the literature graph in semantic scholar") == (1.0, True)
 
 
+def test_a_short_title_must_be_on_the_first_page_whole():
+    # 4 of the 5 words of "The ACL anthology network corpus" are on the S2ORC paper's first page: not that paper
+    page = "S2ORC: The Semantic Scholar Open Research Corpus. ... papers from the ACL Anthology ... a citation network"
+    score, ok = right_paper(entry(1, "The ACL anthology network corpus"), page)
+    assert score == pytest.approx(0.8) and not ok
+    assert right_paper(entry(2, "The ACL anthology network corpus"), "The ACL Anthology Network Corpus. D. Radev")[1]
+    # a longer title keeps the share threshold: one word lost at a line break does not refuse the paper
+    assert right_paper(entry(3, "Construction of the literature graph in Semantic Scholar"),
+                       "Construction of the Literature Graph in Scholar Waleed Ammar")[1]
+
+
 def test_venue_manuscripts_are_matched_by_title():
     titles = {"Hp4sLx9TcV": "Grounded Verification of Reviewer Claims", "Rk7bWq2NzA": "Grounded Verification: A Survey"}
     assert match_venue_manuscript(entry(1, "Grounded verification of reviewer claims."), titles)[0] == "Hp4sLx9TcV"
