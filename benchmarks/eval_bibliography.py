@@ -37,14 +37,13 @@ sys.path.insert(0, str(REPO_ROOT))
 
 from peerify_dagster.domain.citations.bibliography import parse_entry, read_bibliography  # noqa: E402
 from peerify_dagster.domain.citations.entries import ParsedEntry  # noqa: E402
-from peerify_dagster.domain.citations.titles import normalise_title, title_in_text, title_similarity  # noqa: E402
+from peerify_dagster.domain.citations.titles import SAME_TITLE, normalise_title, title_in_text, title_similarity  # noqa: E402
 
 SHARED = REPO_ROOT.parent / "shared"
 DEFAULT_S2ORC = SHARED / "real-data" / "pdfs" / "N18-3011.json"
 DEFAULT_PDF = SHARED / "real-data" / "pdfs" / "N18-3011.pdf"
 DEFAULT_UNARXIVE = SHARED / "citations" / "unarxive-sample"
 MIN_ALIGNMENT = 0.5
-TITLE_MATCH = 0.9
 _ARXIV_DOI_PREFIX = "10.48550/arxiv."
 
 
@@ -99,7 +98,7 @@ def score_s2orc(gold: list[dict], entries: list[ParsedEntry]) -> dict:
         if gold_title and normalise_title(entry.title or "") == normalise_title(gold_title):
             counts["title_exact"] += 1
         similarity = title_similarity(entry.title, gold_title)
-        if similarity >= TITLE_MATCH:
+        if similarity >= SAME_TITLE:
             counts["title_similar"] += 1
         else:
             disagreements.append(f"title {similarity:.2f}: ours {entry.title!r} / gold {gold_title!r}")

@@ -29,7 +29,7 @@ from peerify_dagster.domain.citations.detection import fold_name
 from peerify_dagster.domain.citations.entries import ParsedEntry
 from peerify_dagster.domain.citations.options import METADATA_SERVICES
 from peerify_dagster.domain.citations.resolution import canonical_arxiv_id, entry_arxiv_id
-from peerify_dagster.domain.citations.titles import normalise_title, title_similarity
+from peerify_dagster.domain.citations.titles import SAME_TITLE, normalise_title, title_similarity
 
 CROSSREF, OPENALEX, SEMANTIC_SCHOLAR = METADATA_SERVICES
 VALIDATED, UNVALIDATABLE, SUSPICIOUS = "validated", "unvalidatable", "suspicious"
@@ -38,15 +38,8 @@ CHECK_STATUSES = (VALIDATED, UNVALIDATABLE, SUSPICIOUS)
 BY_DOI, BY_ARXIV_ID, BY_TITLE = "doi", "arxiv_id", "title"
 LOOKUPS = (BY_DOI, BY_ARXIV_ID, BY_TITLE)
 
-# Titles are compared with `titles.title_similarity` (a character ratio once case, accents and punctuation are gone).
-# The same work cited with a variant title scores 0.93 or more: a typo (0.99), British spelling (0.97), a dropped
-# leading acronym ("Pre-training of deep bidirectional ..." for "BERT: Pre-training of ...": 0.97), "nets" for
-# "networks" (0.93). Different works of one field score 0.39 to 0.73 ("Deep residual learning for image recognition"
-# vs "Identity mappings in deep residual networks": 0.39; "Playing Atari with deep reinforcement learning" vs
-# "Human-level control through deep reinforcement learning": 0.63). So 0.9 accepts a variant and no neighbour.
-TITLE_MATCH = 0.9
 # Below this, the record found by the entry's own DOI or arXiv id is of another work (the identifier is wrong, or
-# the title is); between it and TITLE_MATCH the titles only partly agree (a subtitle or a parsing slip), which is
+# the title is); between it and SAME_TITLE the titles only partly agree (a subtitle or a parsing slip), which is
 # reported but proves nothing either way.
 TITLE_CONTRADICTION = 0.6
 # A title that begins another's (a parsed title with the venue glued on, or a record's title without the subtitle
@@ -336,7 +329,7 @@ class _Comparison:
     @property
     def of_cited_work(self) -> bool:
         """Found by the entry's identifier, or by its title with its title and first author."""
-        return self.by_identifier or (self.title is not None and self.title >= TITLE_MATCH
+        return self.by_identifier or (self.title is not None and self.title >= SAME_TITLE
                                       and self.first_author is True)
 
     @property
@@ -347,7 +340,7 @@ class _Comparison:
 
     @property
     def agrees(self) -> bool:
-        title_ok = self.title >= TITLE_MATCH if self.title is not None else self.by_identifier
+        title_ok = self.title >= SAME_TITLE if self.title is not None else self.by_identifier
         return (self.of_cited_work and title_ok and self.first_author is not False
                 and (self.year_delta is None or self.year_delta <= YEAR_TOLERANCE))
 
@@ -442,7 +435,7 @@ def _agreement_reason(entry: ParsedEntry, comparison: _Comparison) -> str:
 
 def _near_miss(entry: ParsedEntry, comparison: _Comparison) -> str:
     record, problems = comparison.record, []  # why the closest record does not agree
-    if comparison.title is not None and comparison.title < TITLE_MATCH:
+    if comparison.title is not None and comparison.title < SAME_TITLE:
         problems.append(f"title '{record.title}' (similarity {comparison.title:.2f})")
     if comparison.first_author is False:
         overlap = comparison.author_overlap or 0.0

@@ -23,7 +23,7 @@ from typing import Any
 
 from peerify_dagster.domain.citations.entries import ParsedEntry
 from peerify_dagster.domain.citations.options import SOURCE_VENUE
-from peerify_dagster.domain.citations.titles import normalise_title, title_in_text, title_similarity
+from peerify_dagster.domain.citations.titles import SAME_TITLE, normalise_title, title_in_text, title_similarity
 from peerify_dagster.domain.layout.blocks import Block
 
 RESOLVED, UNRESOLVED, REJECTED = "resolved", "unresolved", "rejected"
@@ -39,10 +39,6 @@ SHORT_TITLE_WORDS = 5
 # Titles of fewer words ("Semantic Scholar", "Natural language processing") are found on many first pages: they may
 # confirm a file found by identifier, never pick one from a library on their own.
 MIN_MATCHING_TITLE_WORDS = 4
-# A venue manuscript or an arXiv search hit is the cited paper when its title is this alike (`title_similarity`,
-# a character ratio once case, accents and punctuation are gone): it allows a dropped subtitle word or a typo, not
-# a different paper of a shared prefix ("... : a survey" vs "... : a benchmark" scores below it).
-TITLE_MATCH_THRESHOLD = 0.9
 # How many first pages of a library file are searched for the file's own DOI or arXiv id (a journal prints its DOI
 # on page 1 or 2; arXiv stamps page 1).
 IDENTIFIER_PAGES = 2
@@ -227,12 +223,12 @@ def match_library(entry: ParsedEntry, files: Sequence[LibraryFile]) -> list[tupl
 
 def match_venue_manuscript(entry: ParsedEntry, manuscripts: Mapping[str, str]) -> tuple[str, float] | None:
     """The venue manuscript (paper id -> title; the citing paper left out by the caller) whose title is the entry's
-    (`TITLE_MATCH_THRESHOLD`), the most alike first, with its similarity; None when none is."""
+    (`SAME_TITLE`), the most alike first, with its similarity; None when none is."""
     if not entry.title:
         return None
     best = max(((title_similarity(entry.title, title), paper_id) for paper_id, title in manuscripts.items()),
                default=None)
-    return (best[1], best[0]) if best and best[0] >= TITLE_MATCH_THRESHOLD else None
+    return (best[1], best[0]) if best and best[0] >= SAME_TITLE else None
 
 
 def first_page_text(blocks: Sequence[Block]) -> str:
@@ -321,9 +317,9 @@ def parse_arxiv_feed(body: bytes | str) -> list[ArxivRecord]:
 
 
 def best_title_hit(title: str, records: Sequence[ArxivRecord]) -> tuple[ArxivRecord, float] | None:
-    """The search hit whose title is the cited one (`TITLE_MATCH_THRESHOLD`), the most alike first."""
+    """The search hit whose title is the cited one (`SAME_TITLE`), the most alike first."""
     best = max(((title_similarity(title, record.title), index) for index, record in enumerate(records)), default=None)
-    return (records[best[1]], best[0]) if best and best[0] >= TITLE_MATCH_THRESHOLD else None
+    return (records[best[1]], best[0]) if best and best[0] >= SAME_TITLE else None
 
 
 # --- attempts and the entry's resolution -----------------------------------------------------------------------

@@ -8,6 +8,13 @@ import unicodedata
 from difflib import SequenceMatcher
 
 _NON_WORD = re.compile(r"[^0-9a-z]+")
+# Two titles name the same work at this `title_similarity` or more. The same work cited with a variant title scores
+# 0.93 or more: a typo (0.99), British spelling (0.97), a dropped leading acronym ("Pre-training of deep bidirectional
+# ..." for "BERT: Pre-training of ...": 0.97), "nets" for "networks" (0.93). Different works of one field score 0.39
+# to 0.73 ("Deep residual learning for image recognition" vs "Identity mappings in deep residual networks": 0.39;
+# "Playing Atari with deep reinforcement learning" vs "Human-level control through deep reinforcement learning":
+# 0.63), and a shared prefix of different papers ("... : a survey" vs "... : a benchmark") scores below it too.
+SAME_TITLE = 0.9
 
 
 def normalise_title(title: str) -> str:
