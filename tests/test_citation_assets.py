@@ -33,8 +33,8 @@ from peerify_dagster.resources.dagster_resources import VenueRegistryResource
 from peerify_dagster.resources.lake import Lake
 from peerify_dagster.resources.openreview import HttpPolicy
 from peerify_dagster.resources.scholarly import ScholarlyClient
+from peerify_dagster.testing.loopback import FaultRule, RecordedRequest
 from peerify_dagster.testing.openai_server import ScriptedOpenAIServer
-from peerify_dagster.testing.openreview_server import FaultRule, RecordedRequest
 from peerify_dagster.testing.scholarly_server import CorpusWork, FakeScholarlyServer
 from tests import fixtures_pdf
 from tests.notes_factory import VENUE, note

@@ -46,7 +46,7 @@ from peerify_dagster.resources.cited_papers import (
 )
 from peerify_dagster.resources.document_parser import DocumentParser
 from peerify_dagster.resources.openreview import HttpPolicy
-from peerify_dagster.testing.openreview_server import FaultRule
+from peerify_dagster.testing.loopback import FaultRule
 from peerify_dagster.testing.paper_server import ArxivPaper, PaperServer
 from tests import fixtures_pdf
 from tests.real_data import REAL_DATA, needs

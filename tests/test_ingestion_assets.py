@@ -16,7 +16,8 @@ from peerify_dagster.partitions import venue_partitions
 from peerify_dagster.resources.dagster_resources import OpenReviewResource
 from peerify_dagster.resources.lake import Lake
 from peerify_dagster.resources.openreview import SnapshotReader
-from peerify_dagster.testing.openreview_server import FakeOpenReviewServer, FaultRule
+from peerify_dagster.testing.loopback import FaultRule
+from peerify_dagster.testing.openreview_server import FakeOpenReviewServer
 from tests.notes_factory import v1_note
 from tests.support import SAMPLE, materialise, sample_registry, write_registry
 

@@ -31,7 +31,7 @@ from peerify_dagster.domain.citations.metadata import (
 from peerify_dagster.domain.citations.options import CitationOptions
 from peerify_dagster.resources.openreview import HttpPolicy
 from peerify_dagster.resources.scholarly import S2_API_KEY_VARIABLE, ScholarlyClient
-from peerify_dagster.testing.openreview_server import FaultRule
+from peerify_dagster.testing.loopback import FaultRule
 from peerify_dagster.testing.scholarly_server import CorpusWork, FakeScholarlyServer
 
 ALL = ("crossref", "openalex", "semantic_scholar")

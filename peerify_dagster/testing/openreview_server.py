@@ -15,7 +15,7 @@ or ``directReplies`` attach a forum's replies to its submission note, as in
 ``/notes?invitation=<venue>/-/Blind_Submission&details=replies``.
 
 It can also be told to misbehave the way the live API and networks do (rate limits, 5xx
-bursts, truncated bodies, hangs, dropped connections) through ``FaultRule``s, so retry and
+bursts, truncated bodies, hangs, dropped connections) through ``FaultRule``s (testing/loopback.py), so retry and
 timeout handling can be tested against real HTTP on 127.0.0.1. Standard library only.
 """
 
@@ -23,20 +23,13 @@ from __future__ import annotations
 
 import json
 import secrets
-import socket
-import sys
-import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from types import TracebackType
 from typing import Any
-from urllib.parse import parse_qsl, urlsplit
 
-FAULT_ACTIONS = frozenset({"status", "retry_after", "malformed_json", "hang", "body", "drop"})
+from peerify_dagster.testing.loopback import JSON_CONTENT_TYPE, FaultRule, IncomingRequest, LoopbackServer, Reply
 
 # The real API's (and the client's) page size when a request gives no limit.
 DEFAULT_PAGE_LIMIT = 1000
@@ -44,8 +37,6 @@ DEFAULT_PAGE_LIMIT = 1000
 SORTABLE_NOTE_FIELDS = frozenset({"id", "number", "cdate", "tcdate", "mdate", "tmdate", "odate", "pdate"})
 
 LOGIN_PROFILE_ID = "~Test_User1"
-
-JSON_CONTENT_TYPE = "application/json; charset=utf-8"
 
 Note = dict[str, Any]
 
@@ -67,79 +58,11 @@ class BadRequest(Exception):
     """A request the real API would refuse with 400; the message says which parameter and why."""
 
 
-@dataclass
-class FaultRule:
-    """Which requests a fault hits and what the server does to them instead of answering normally.
-
-    ``action`` is one of:
-      * ``"status"``: answer ``status`` with a JSON error body;
-      * ``"retry_after"``: answer 429 with a ``Retry-After: <retry_after>`` header;
-      * ``"malformed_json"``: answer 200 with the normal body truncated to half, so it is not JSON;
-      * ``"hang"``: wait ``hang_seconds`` (or until the server stops), then answer normally;
-      * ``"body"``: answer 200 with ``body`` as ``content_type``;
-      * ``"drop"``: close the connection without answering.
-    ``params`` must all match the request's query exactly (empty matches any request to ``path``);
-    ``times`` is how many matching requests the rule affects, ``None`` for every one.
-    """
-
-    path: str
-    action: str
-    params: dict[str, str] = field(default_factory=dict)
-    times: int | None = 1
-    status: int = 500
-    retry_after: int = 1
-    hang_seconds: float = 5.0
-    body: bytes = b""
-    content_type: str = "application/json"
-
-    def __post_init__(self) -> None:
-        if self.action not in FAULT_ACTIONS:
-            raise ValueError(
-                f"FaultRule for {self.path}: unknown action {self.action!r}; expected one of {sorted(FAULT_ACTIONS)}"
-            )
-        if self.action == "status":
-            try:
-                HTTPStatus(self.status)
-            except ValueError:
-                raise ValueError(f"FaultRule for {self.path}: {self.status} is not an HTTP status code") from None
-        if self.times is not None and self.times < 1:
-            raise ValueError(f"FaultRule for {self.path}: times must be at least 1 or None, got {self.times}")
-
-    def matches(self, path: str, params: dict[str, str]) -> bool:
-        return path == self.path and all(params.get(name) == value for name, value in self.params.items())
+def _json_reply(payload: Any, status: int = HTTPStatus.OK) -> Reply:
+    return Reply(status, json.dumps(payload).encode("utf-8"), JSON_CONTENT_TYPE)
 
 
-@dataclass(frozen=True)
-class RecordedRequest:
-    """One request as the server saw it. Headers and bodies are never kept, so no secret is."""
-
-    method: str
-    path: str
-    params: dict[str, str]
-    status: int | None  # None when the connection was dropped without an answer
-    fault: str | None = None  # the action of the fault rule that hit it, if any
-    answered_at: float = field(default_factory=time.monotonic)  # when the answer was sent (time.monotonic)
-
-
-@dataclass
-class _ArmedFault:
-    rule: FaultRule
-    remaining: int | None
-
-
-@dataclass
-class _Reply:
-    status: int
-    body: bytes
-    content_type: str = JSON_CONTENT_TYPE
-    headers: dict[str, str] = field(default_factory=dict)
-
-
-def _json_reply(payload: Any, status: int = HTTPStatus.OK) -> _Reply:
-    return _Reply(status, json.dumps(payload).encode("utf-8"))
-
-
-def _error_reply(status: int, message: str) -> _Reply:
+def _error_reply(status: int, message: str) -> Reply:
     """The API's error shape: {"name": "NotFoundError", "message": ..., "status": 404}."""
     name = HTTPStatus(status).phrase.replace(" ", "").replace("-", "")
     if not name.endswith("Error"):
@@ -241,66 +164,7 @@ class _Snapshot:
         return path if path.is_file() else None
 
 
-class _RequestHandler(BaseHTTPRequestHandler):
-    server: _LoopbackHTTPServer
-    protocol_version = "HTTP/1.1"  # keep-alive, as the client's connection pool expects
-    disable_nagle_algorithm = True  # headers and body are two writes: with Nagle each reply waits ~40 ms for an ACK
-    timeout = 30  # idle keep-alive connections give their thread back eventually
-
-    def setup(self) -> None:
-        super().setup()
-        self.server.track_connection(self.connection)
-
-    def finish(self) -> None:
-        self.server.untrack_connection(self.connection)
-        super().finish()
-
-    def do_GET(self) -> None:
-        self.server.fake._handle(self)
-
-    do_POST = do_PUT = do_DELETE = do_PATCH = do_GET
-
-    def log_message(self, format: str, *args: Any) -> None:
-        """Silent: FakeOpenReviewServer.requests is the log."""
-
-
-class _LoopbackHTTPServer(ThreadingHTTPServer):
-    daemon_threads = True
-    # The client fetches with up to 16 threads over a pool of 128; a backlog of 5 would make
-    # the kernel drop SYNs, and each dropped SYN costs the client a one-second retransmit.
-    request_queue_size = 128
-
-    def __init__(self, fake: FakeOpenReviewServer) -> None:
-        super().__init__(("127.0.0.1", 0), _RequestHandler)
-        self.fake = fake
-        self._open_connections: set[socket.socket] = set()
-        self._connections_lock = threading.Lock()
-
-    def track_connection(self, connection: socket.socket) -> None:
-        with self._connections_lock:
-            self._open_connections.add(connection)
-
-    def untrack_connection(self, connection: socket.socket) -> None:
-        with self._connections_lock:
-            self._open_connections.discard(connection)
-
-    def close_open_connections(self) -> None:
-        with self._connections_lock:
-            connections = list(self._open_connections)
-        for connection in connections:
-            try:
-                connection.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass  # already closed by the client
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        # A client that timed out, or a connection closed by stop(), is expected; bugs are not.
-        if isinstance(sys.exc_info()[1], OSError):
-            return
-        super().handle_error(request, client_address)
-
-
-class FakeOpenReviewServer:
+class FakeOpenReviewServer(LoopbackServer):
     """Serves one snapshot folder as the OpenReview API (v2, or v1 per its venue.json) on 127.0.0.1, in a
     background thread.
 
@@ -323,18 +187,13 @@ class FakeOpenReviewServer:
             raise ValueError("require_auth=True needs credentials, or no request could ever be answered")
         if page_size is not None and page_size < 1:
             raise ValueError(f"page_size must be at least 1, got {page_size}")
+        super().__init__(faults)
         self._snapshot = _Snapshot.load(Path(snapshot_dir))
         self._page_size = page_size
         self._credentials = credentials
         self._require_auth = require_auth
-        self._lock = threading.Lock()
-        self._faults = [_ArmedFault(rule, rule.times) for rule in faults]
-        self._requests: list[RecordedRequest] = []
         self._issued_tokens: set[str] = set()
-        self._stopping = threading.Event()
-        self._http_server: _LoopbackHTTPServer | None = None
-        self._serve_thread: threading.Thread | None = None
-        self._routes: dict[tuple[str, str], Callable[[dict[str, str], bytes], _Reply]] = {
+        self._routes: dict[tuple[str, str], Callable[[dict[str, str], bytes], Reply]] = {
             ("GET", "/groups"): self._get_groups,
             ("GET", "/notes"): self._get_notes,
             ("GET", "/notes/edits"): self._get_note_edits,
@@ -343,115 +202,18 @@ class FakeOpenReviewServer:
             ("POST", "/login"): self._post_login,
         }
 
-    # Lifecycle -------------------------------------------------------------------------
-
-    @property
-    def url(self) -> str:
-        if self._http_server is None:
-            raise RuntimeError("FakeOpenReviewServer has no address until start() is called")
-        host, port = self._http_server.server_address[:2]
-        return f"http://{host}:{port}"
-
-    def start(self) -> FakeOpenReviewServer:
-        if self._http_server is not None:
-            raise RuntimeError("FakeOpenReviewServer is already started")
-        self._stopping.clear()
-        self._http_server = _LoopbackHTTPServer(self)
-        self._serve_thread = threading.Thread(
-            # A short poll keeps stop() quick.
-            target=self._http_server.serve_forever, kwargs={"poll_interval": 0.05},
-            name="fake-openreview", daemon=True,
-        )
-        self._serve_thread.start()
-        return self
-
-    def stop(self) -> None:
-        if self._http_server is None:
-            return
-        self._stopping.set()  # wakes handlers sleeping in a "hang" fault
-        self._http_server.shutdown()
-        self._http_server.close_open_connections()
-        self._http_server.server_close()
-        assert self._serve_thread is not None
-        self._serve_thread.join()
-        self._http_server = None
-        self._serve_thread = None
-
-    def __enter__(self) -> FakeOpenReviewServer:
-        return self.start()
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None
-    ) -> None:
-        self.stop()
-
-    # Faults and the request log -----------------------------------------------------------
-
-    def add_fault(self, rule: FaultRule) -> None:
-        with self._lock:
-            self._faults.append(_ArmedFault(rule, rule.times))
-
-    @property
-    def requests(self) -> list[RecordedRequest]:
-        """A copy of every request answered (or dropped) so far, in arrival order."""
-        with self._lock:
-            return list(self._requests)
-
-    def _take_fault(self, path: str, params: dict[str, str]) -> FaultRule | None:
-        with self._lock:
-            for armed in self._faults:
-                if armed.remaining != 0 and armed.rule.matches(path, params):
-                    if armed.remaining is not None:
-                        armed.remaining -= 1
-                    return armed.rule
-        return None
-
-    def _record(
-        self, method: str, path: str, params: dict[str, str], status: int | None, fault: FaultRule | None
-    ) -> None:
-        with self._lock:
-            self._requests.append(RecordedRequest(method, path, params, status, fault.action if fault else None))
-
     # Request handling -------------------------------------------------------------------------
 
-    def _handle(self, handler: _RequestHandler) -> None:
-        method = handler.command
-        url = urlsplit(handler.path)
-        path = url.path.rstrip("/") or "/"
-        params = dict(parse_qsl(url.query, keep_blank_values=True))
-        body = handler.rfile.read(int(handler.headers.get("Content-Length") or 0))
+    def request_path(self, url_path: str) -> str:
+        return url_path.rstrip("/") or "/"
 
-        fault = self._take_fault(path, params)
-        if fault is not None and fault.action == "drop":
-            handler.close_connection = True
-            self._record(method, path, params, None, fault)
-            return
-        if fault is not None and fault.action == "hang":
-            self._stopping.wait(fault.hang_seconds)
-
-        reply = self._faulty_reply(fault, method, path, params, body, handler.headers.get("Authorization"))
-        self._record(method, path, params, int(reply.status), fault)
-        handler.send_response(reply.status)
-        handler.send_header("Content-Type", reply.content_type)
-        handler.send_header("Content-Length", str(len(reply.body)))
-        for name, value in reply.headers.items():
-            handler.send_header(name, value)
-        handler.end_headers()
-        handler.wfile.write(reply.body)
-
-    def _faulty_reply(
-        self,
-        fault: FaultRule | None,
-        method: str,
-        path: str,
-        params: dict[str, str],
-        body: bytes,
-        authorization: str | None,
-    ) -> _Reply:
+    def reply_to(self, request: IncomingRequest, fault: FaultRule | None) -> Reply:
         action = fault.action if fault is not None else None
         if action == "status":
             assert fault is not None
-            return _error_reply(fault.status, f"Injected fault: {method} {path} answered {fault.status}")
+            return _error_reply(
+                fault.status, f"Injected fault: {request.method} {request.path} answered {fault.status}"
+            )
         if action == "retry_after":
             assert fault is not None
             reply = _error_reply(HTTPStatus.TOO_MANY_REQUESTS, "Injected fault: too many requests")
@@ -459,21 +221,22 @@ class FakeOpenReviewServer:
             return reply
         if action == "body":
             assert fault is not None
-            return _Reply(HTTPStatus.OK, fault.body, fault.content_type)
-        reply = self._answer(method, path, params, body, authorization)
+            return Reply(HTTPStatus.OK, fault.body, fault.content_type)
+        reply = self._answer(request)
         if action == "malformed_json":
             # Cutting a JSON document in half always leaves it unterminated.
-            return _Reply(HTTPStatus.OK, reply.body[: len(reply.body) // 2], JSON_CONTENT_TYPE)
+            return Reply(HTTPStatus.OK, reply.body[: len(reply.body) // 2], JSON_CONTENT_TYPE)
         return reply
 
-    def _answer(self, method: str, path: str, params: dict[str, str], body: bytes, authorization: str | None) -> _Reply:
-        route = self._routes.get((method, path))
+    def _answer(self, request: IncomingRequest) -> Reply:
+        route = self._routes.get((request.method, request.path))
         if route is None:
-            return _error_reply(HTTPStatus.NOT_FOUND, f"Cannot {method} {path}")
-        if self._require_auth and path != "/login" and not self._is_authorized(authorization):
+            return _error_reply(HTTPStatus.NOT_FOUND, f"Cannot {request.method} {request.path}")
+        if (self._require_auth and request.path != "/login"
+                and not self._is_authorized(request.headers.get("Authorization"))):
             return _error_reply(HTTPStatus.FORBIDDEN, "Forbidden: this server requires a token from POST /login")
         try:
-            return route(params, body)
+            return route(request.params, request.body)
         except BadRequest as error:
             return _error_reply(HTTPStatus.BAD_REQUEST, str(error))
 
@@ -484,7 +247,7 @@ class FakeOpenReviewServer:
 
     # Endpoints ------------------------------------------------------------------------------
 
-    def _post_login(self, params: dict[str, str], body: bytes) -> _Reply:
+    def _post_login(self, params: dict[str, str], body: bytes) -> Reply:
         try:
             login = json.loads(body or b"{}")
         except json.JSONDecodeError:
@@ -499,7 +262,7 @@ class FakeOpenReviewServer:
             self._issued_tokens.add(token)
         return _json_reply({"token": token, "user": {"id": user, "profile": {"id": LOGIN_PROFILE_ID}}})
 
-    def _get_groups(self, params: dict[str, str], body: bytes) -> _Reply:
+    def _get_groups(self, params: dict[str, str], body: bytes) -> Reply:
         group = self._snapshot.group
         if "id" in params:
             if params["id"] != group["id"]:
@@ -509,7 +272,7 @@ class FakeOpenReviewServer:
         groups = [group] if group["id"].startswith(params.get("prefix", "")) else []
         return _json_reply({"groups": groups})
 
-    def _get_notes(self, params: dict[str, str], body: bytes) -> _Reply:
+    def _get_notes(self, params: dict[str, str], body: bytes) -> Reply:
         filters = [(_NOTE_FILTERS[name], value) for name, value in params.items() if name in _NOTE_FILTERS]
         # A forum's notes via the index, so a large venue does not cost a scan of every note per request.
         candidates = (self._snapshot.notes_by_forum.get(params["forum"], []) if "forum" in params
@@ -547,31 +310,31 @@ class FakeOpenReviewServer:
             details["directReplies"] = [reply for reply in replies if reply.get("replyto") == forum_id]
         return {**note, "details": details}
 
-    def _get_note_edits(self, params: dict[str, str], body: bytes) -> _Reply:
+    def _get_note_edits(self, params: dict[str, str], body: bytes) -> Reply:
         note_id = params.get("note.id")
         if not note_id:
             raise BadRequest("GET /notes/edits: this server needs the 'note.id' parameter")
         edits = self._snapshot.forum_edits.get(note_id, [])
         return _json_reply({"edits": edits, "count": len(edits)})
 
-    def _get_pdf(self, params: dict[str, str], body: bytes) -> _Reply:
+    def _get_pdf(self, params: dict[str, str], body: bytes) -> Reply:
         forum_id = _required(params, "id", "/pdf")
         return self._pdf_reply(forum_id, f"PDF of note {forum_id} not found")
 
-    def _get_reference_pdf(self, params: dict[str, str], body: bytes) -> _Reply:
+    def _get_reference_pdf(self, params: dict[str, str], body: bytes) -> Reply:
         edit_id = _required(params, "id", "/references/pdf")
         forum_id = self._snapshot.forum_by_edit_id.get(edit_id)
         if forum_id is None:
             return _error_reply(HTTPStatus.NOT_FOUND, f"Reference {edit_id} not found")
         if (path := self._snapshot.edit_pdf_path(edit_id)) is not None:
-            return _Reply(HTTPStatus.OK, path.read_bytes(), "application/pdf")
+            return Reply(HTTPStatus.OK, path.read_bytes(), "application/pdf")
         return self._pdf_reply(forum_id, f"PDF of reference {edit_id} (note {forum_id}) not found")
 
-    def _pdf_reply(self, forum_id: str, missing_message: str) -> _Reply:
+    def _pdf_reply(self, forum_id: str, missing_message: str) -> Reply:
         path = self._snapshot.pdf_path(forum_id)
         if path is None:
             return _error_reply(HTTPStatus.NOT_FOUND, missing_message)
-        return _Reply(HTTPStatus.OK, path.read_bytes(), "application/pdf")
+        return Reply(HTTPStatus.OK, path.read_bytes(), "application/pdf")
 
 
 def _required(params: dict[str, str], name: str, endpoint: str) -> str:

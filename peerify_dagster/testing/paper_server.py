@@ -11,7 +11,7 @@ Routes, on 127.0.0.1 (a free port):
 * ``GET /pdf/<id>`` (with or without a version and ``.pdf``): the article's PDF, ``application/pdf``; 404 otherwise.
 * any other path given in ``files``: its bytes, with its content type (an open-access location).
 
-``FaultRule``s (the OpenReview fake's, matched on the path and query) make a request misbehave: ``status`` answers
+``FaultRule``s (testing/loopback.py, matched on the path and query) make a request misbehave: ``status`` answers
 that status with an HTML page, ``retry_after`` a 429 with ``Retry-After``, ``malformed_json`` the normal body cut
 in half, ``hang`` a late answer, ``body`` other bytes (an HTML page served as a PDF), ``drop`` a closed connection.
 Standard library only.
@@ -20,19 +20,14 @@ Standard library only.
 from __future__ import annotations
 
 import re
-import socket
-import sys
-import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import TracebackType
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit
+from urllib.parse import urlencode
 from xml.sax.saxutils import escape, quoteattr
 
-from peerify_dagster.testing.openreview_server import FaultRule, RecordedRequest
+from peerify_dagster.testing.loopback import FaultRule, IncomingRequest, LoopbackServer, Reply
 
 ATOM_CONTENT_TYPE = "application/atom+xml; charset=UTF-8"
 HTML_CONTENT_TYPE = "text/html; charset=utf-8"
@@ -69,119 +64,24 @@ def _words(text: str) -> list[str]:
     return _WORD.findall(text.lower())
 
 
-@dataclass
-class _Reply:
-    status: int
-    body: bytes
-    content_type: str
-    headers: dict[str, str]
-
-
-def _html(status: int, message: str) -> _Reply:
+def _html(status: int, message: str) -> Reply:
     phrase = HTTPStatus(status).phrase
     page = f"<html><head><title>{status} {phrase}</title></head><body><h1>{phrase}</h1><p>{escape(message)}</p>" \
            "</body></html>"
-    return _Reply(status, page.encode("utf-8"), HTML_CONTENT_TYPE, {})
+    return Reply(status, page.encode("utf-8"), HTML_CONTENT_TYPE)
 
 
-class _Handler(BaseHTTPRequestHandler):
-    server: _Server
-    protocol_version = "HTTP/1.1"
-    disable_nagle_algorithm = True
-    timeout = 30
-
-    def setup(self) -> None:
-        super().setup()
-        self.server.track(self.connection, True)
-
-    def finish(self) -> None:
-        self.server.track(self.connection, False)
-        super().finish()
-
-    def do_GET(self) -> None:
-        self.server.fake.handle(self)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        """Silent: PaperServer.requests is the log."""
-
-
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def __init__(self, fake: PaperServer) -> None:
-        super().__init__(("127.0.0.1", 0), _Handler)
-        self.fake = fake
-        self.connections: set[socket.socket] = set()
-        self.lock = threading.Lock()
-
-    def track(self, connection: socket.socket, is_open: bool) -> None:
-        with self.lock:
-            (self.connections.add if is_open else self.connections.discard)(connection)
-
-    def close_connections(self) -> None:
-        with self.lock:
-            connections = list(self.connections)
-        for connection in connections:
-            try:
-                connection.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass  # the client closed it already
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        # A client that gave up on a hanging answer closed its end; bugs still print.
-        if not isinstance(sys.exc_info()[1], OSError):
-            super().handle_error(request, client_address)
-
-
-class PaperServer:
+class PaperServer(LoopbackServer):
     """The fake arXiv and open-access host; a context manager (or start()/stop()). `url` is the base to give as
     `base_urls: {arxiv: ...}`, and open-access URLs are `url + path` for the paths in `files`."""
 
+    methods = frozenset({"GET"})  # arXiv and open-access hosts are read only; anything else is answered 501
+
     def __init__(self, papers: Sequence[ArxivPaper] = (), files: Mapping[str, tuple[bytes, str]] | None = None,
                  faults: Sequence[FaultRule] = ()) -> None:
+        super().__init__(faults)
         self.papers = {paper.arxiv_id: paper for paper in papers}
         self.files = dict(files or {})
-        self._faults: list[list[Any]] = [[rule, rule.times] for rule in faults]
-        self._requests: list[RecordedRequest] = []
-        self._lock = threading.Lock()
-        self._stopping = threading.Event()
-        self._server: _Server | None = None
-        self._thread: threading.Thread | None = None
-
-    # -- lifecycle --------------------------------------------------------------------------------------------
-
-    @property
-    def url(self) -> str:
-        if self._server is None:
-            raise RuntimeError("PaperServer has no address until start() is called")
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
-
-    def start(self) -> PaperServer:
-        self._stopping.clear()
-        self._server = _Server(self)
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
-                                        name="paper-server", daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        if self._server is None:
-            return
-        self._stopping.set()  # wakes handlers held by a "hang" fault
-        self._server.shutdown()
-        self._server.close_connections()
-        self._server.server_close()
-        assert self._thread is not None
-        self._thread.join()
-        self._server = self._thread = None
-
-    def __enter__(self) -> PaperServer:
-        return self.start()
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 traceback: TracebackType | None) -> None:
-        self.stop()
 
     # -- what tests set and read ------------------------------------------------------------------------------
 
@@ -190,52 +90,10 @@ class PaperServer:
         self.files[path] = (body, content_type)
         return self.url + path
 
-    def add_fault(self, rule: FaultRule) -> None:
-        with self._lock:
-            self._faults.append([rule, rule.times])
-
-    @property
-    def requests(self) -> list[RecordedRequest]:
-        with self._lock:
-            return list(self._requests)
-
-    def _take_fault(self, path: str, params: dict[str, str]) -> FaultRule | None:
-        with self._lock:
-            for armed in self._faults:
-                rule, remaining = armed
-                if remaining != 0 and rule.matches(path, params):
-                    if remaining is not None:
-                        armed[1] = remaining - 1
-                    return rule
-        return None
-
     # -- requests ---------------------------------------------------------------------------------------------
 
-    def handle(self, handler: _Handler) -> None:
-        url = urlsplit(handler.path)
-        path, params = url.path, dict(parse_qsl(url.query, keep_blank_values=True))
-        fault = self._take_fault(path, params)
-        if fault is not None and fault.action == "drop":
-            handler.close_connection = True
-            self._record(path, params, None, fault)
-            return
-        if fault is not None and fault.action == "hang":
-            self._stopping.wait(fault.hang_seconds)
-        reply = self._reply(fault, path, params)
-        self._record(path, params, reply.status, fault)
-        handler.send_response(reply.status)
-        handler.send_header("Content-Type", reply.content_type)
-        handler.send_header("Content-Length", str(len(reply.body)))
-        for name, value in reply.headers.items():
-            handler.send_header(name, value)
-        handler.end_headers()
-        handler.wfile.write(reply.body)
-
-    def _record(self, path: str, params: dict[str, str], status: int | None, fault: FaultRule | None) -> None:
-        with self._lock:
-            self._requests.append(RecordedRequest("GET", path, params, status, fault.action if fault else None))
-
-    def _reply(self, fault: FaultRule | None, path: str, params: dict[str, str]) -> _Reply:
+    def reply_to(self, request: IncomingRequest, fault: FaultRule | None) -> Reply:
+        path, params = request.path, request.params
         action = fault.action if fault else None
         if action == "status":
             return _html(fault.status, f"Injected fault: {path} answered {fault.status}")
@@ -244,21 +102,21 @@ class PaperServer:
             reply.headers["Retry-After"] = str(fault.retry_after)
             return reply
         if action == "body":
-            return _Reply(HTTPStatus.OK, fault.body, fault.content_type, {})
+            return Reply(HTTPStatus.OK, fault.body, fault.content_type)
         reply = self._answer(path, params)
         if action == "malformed_json":  # the body cut short, as a dropped transfer leaves it
             reply.body = reply.body[: len(reply.body) // 2]
         return reply
 
-    def _answer(self, path: str, params: dict[str, str]) -> _Reply:
+    def _answer(self, path: str, params: dict[str, str]) -> Reply:
         if path == "/api/query":
-            return _Reply(HTTPStatus.OK, self._feed(params).encode("utf-8"), ATOM_CONTENT_TYPE, {})
+            return Reply(HTTPStatus.OK, self._feed(params).encode("utf-8"), ATOM_CONTENT_TYPE)
         pdf = _PDF_PATH.match(path)
         if pdf and pdf.group("id") in self.papers:
-            return _Reply(HTTPStatus.OK, self.papers[pdf.group("id")].pdf, PDF_CONTENT_TYPE, {})
+            return Reply(HTTPStatus.OK, self.papers[pdf.group("id")].pdf, PDF_CONTENT_TYPE)
         if path in self.files:
             body, content_type = self.files[path]
-            return _Reply(HTTPStatus.OK, body, content_type, {})
+            return Reply(HTTPStatus.OK, body, content_type)
         return _html(HTTPStatus.NOT_FOUND, f"{path} not found")
 
     # -- arXiv's Atom feed ------------------------------------------------------------------------------------

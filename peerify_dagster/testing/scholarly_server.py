@@ -16,7 +16,7 @@ client is pointed at):
   {"total", "offset", "data"}, 404 {"error": "Paper with id ... not found"}, 429 with the body the service sends,
   403 {"message": "Forbidden"} when the server is given an API key and a request lacks it (header x-api-key).
 
-Faults (the openreview fake's `FaultRule`, matched on the path with its DOI unquoted and the query) answer in each
+Faults (`FaultRule`s of testing/loopback.py, matched on the path with its DOI unquoted and the query) answer in each
 service's own error shape: a status, 429 with Retry-After, a body cut in half, a hang, a custom body, a dropped
 connection. Standard library only (plus the project's title normaliser for the search ranking).
 """
@@ -26,22 +26,21 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 from http import HTTPStatus
-from types import TracebackType
 from typing import Any
-from urllib.parse import parse_qsl, unquote, urlsplit
+from urllib.parse import unquote
 
 from peerify_dagster.domain.citations.options import METADATA_SERVICES
 from peerify_dagster.domain.citations.titles import normalise_title
-from peerify_dagster.testing.openreview_server import (
+from peerify_dagster.testing.loopback import (
     JSON_CONTENT_TYPE,
     FaultRule,
+    IncomingRequest,
+    LoopbackServer,
     RecordedRequest,
-    _LoopbackHTTPServer,
-    _Reply,
+    Reply,
 )
 
 CROSSREF, OPENALEX, SEMANTIC_SCHOLAR = METADATA_SERVICES
@@ -202,21 +201,21 @@ def semantic_scholar_paper(work: CorpusWork, fields: Iterable[str]) -> dict[str,
     return {"paperId": work.s2_paper_id, **{name: full[name] for name in fields if name in full}}
 
 
-def _werkzeug_page(status: int) -> _Reply:
+def _werkzeug_page(status: int) -> Reply:
     title, text = _WERKZEUG_PAGES.get(status, (HTTPStatus(status).phrase, HTTPStatus(status).description))
     page = (f"<!doctype html>\n<html lang=en>\n<title>{status} {title}</title>\n<h1>{title}</h1>\n<p>{text}</p>\n")
-    return _Reply(status, page.encode("utf-8"), HTML_CONTENT_TYPE)
+    return Reply(status, page.encode("utf-8"), HTML_CONTENT_TYPE)
 
 
-def _json(payload: Any, status: int = HTTPStatus.OK) -> _Reply:
-    return _Reply(status, json.dumps(payload).encode("utf-8"), JSON_CONTENT_TYPE)
+def _json(payload: Any, status: int = HTTPStatus.OK) -> Reply:
+    return Reply(status, json.dumps(payload).encode("utf-8"), JSON_CONTENT_TYPE)
 
 
-def error_reply(service: str, status: int, subject: str = "") -> _Reply:
+def error_reply(service: str, status: int, subject: str = "") -> Reply:
     """The body and content type each service answers an error status with (`subject`: the id not found)."""
     if service == CROSSREF:
         text = "Resource not found." if status == 404 else HTTPStatus(status).phrase
-        return _Reply(status, text.encode("utf-8"), TEXT_CONTENT_TYPE)
+        return Reply(status, text.encode("utf-8"), TEXT_CONTENT_TYPE)
     if service == OPENALEX:
         if status in _WERKZEUG_PAGES:
             return _werkzeug_page(status)
@@ -229,121 +228,34 @@ def error_reply(service: str, status: int, subject: str = "") -> _Reply:
     return _json({"message": HTTPStatus(status).phrase}, status)
 
 
-class FakeScholarlyServer:
+class FakeScholarlyServer(LoopbackServer):
     """Serves `works` as Crossref, OpenAlex and Semantic Scholar on 127.0.0.1 in a background thread; a context
     manager. `s2_api_key`: when given, Semantic Scholar answers 403 to a request without that x-api-key header."""
 
     def __init__(self, works: Iterable[CorpusWork], faults: Iterable[FaultRule] = (),
                  s2_api_key: str | None = None) -> None:
+        super().__init__(faults)
         self.works = list(works)
         self._s2_api_key = s2_api_key
-        self._lock = threading.Lock()
-        self._faults: list[list[Any]] = [[rule, rule.times] for rule in faults]
-        self._requests: list[RecordedRequest] = []
-        self._stopping = threading.Event()
-        self._http_server: _LoopbackHTTPServer | None = None
-        self._thread: threading.Thread | None = None
-
-    # Lifecycle -----------------------------------------------------------------------------------------------------
-
-    @property
-    def url(self) -> str:
-        if self._http_server is None:
-            raise RuntimeError("FakeScholarlyServer has no address until start() is called")
-        host, port = self._http_server.server_address[:2]
-        return f"http://{host}:{port}"
 
     @property
     def base_urls(self) -> dict[str, str]:
         """The API root of each service on this server, as a venue's `base_urls` option gives them."""
         return {service: self.url + prefix for service, prefix in SERVICE_PREFIXES.items()}
 
-    def start(self) -> FakeScholarlyServer:
-        self._stopping.clear()
-        self._http_server = _LoopbackHTTPServer(self)  # calls back self._handle per request
-        self._thread = threading.Thread(target=self._http_server.serve_forever, kwargs={"poll_interval": 0.05},
-                                        name="fake-scholarly", daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        if self._http_server is None:
-            return
-        self._stopping.set()  # wakes handlers sleeping in a "hang" fault
-        self._http_server.shutdown()
-        self._http_server.close_open_connections()
-        self._http_server.server_close()
-        assert self._thread is not None
-        self._thread.join()
-        self._http_server = self._thread = None
-
-    def __enter__(self) -> FakeScholarlyServer:
-        return self.start()
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 traceback: TracebackType | None) -> None:
-        self.stop()
-
-    # Faults and the request log --------------------------------------------------------------------------------------
-
-    def add_fault(self, rule: FaultRule) -> None:
-        with self._lock:
-            self._faults.append([rule, rule.times])
-
-    @property
-    def requests(self) -> list[RecordedRequest]:
-        """Every request answered (or dropped) so far, in arrival order; headers are never kept."""
-        with self._lock:
-            return list(self._requests)
-
     def requests_to(self, service: str) -> list[RecordedRequest]:
         return [request for request in self.requests if request.path.startswith(SERVICE_PREFIXES[service] + "/")]
 
-    def _take_fault(self, path: str, params: dict[str, str]) -> FaultRule | None:
-        with self._lock:
-            for armed in self._faults:
-                rule, remaining = armed
-                if remaining != 0 and rule.matches(path, params):
-                    if remaining is not None:
-                        armed[1] = remaining - 1
-                    return rule
-        return None
-
     # Request handling -------------------------------------------------------------------------------------------------
 
-    def _handle(self, handler: Any) -> None:
-        url = urlsplit(handler.path)
-        path = unquote(url.path)
-        params = dict(parse_qsl(url.query, keep_blank_values=True))
-        fault = self._take_fault(path, params)
-        if fault is not None and fault.action == "drop":
-            handler.close_connection = True
-            self._log(handler.command, path, params, None, fault)
-            return
-        if fault is not None and fault.action == "hang":
-            self._stopping.wait(fault.hang_seconds)
-        reply = self._reply(fault, path, params, handler.headers.get("x-api-key"))
-        self._log(handler.command, path, params, reply.status, fault)
-        try:
-            handler.send_response(reply.status)
-            handler.send_header("Content-Type", reply.content_type)
-            handler.send_header("Content-Length", str(len(reply.body)))
-            for name, value in reply.headers.items():
-                handler.send_header(name, value)
-            handler.end_headers()
-            handler.wfile.write(reply.body)
-        except OSError:
-            pass  # the client gave up waiting (a "hang" longer than its timeout)
+    def request_path(self, url_path: str) -> str:
+        return unquote(url_path)  # faults and look-ups see a DOI as written, however a client quoted it
 
-    def _log(self, method: str, path: str, params: dict[str, str], status: int | None,
-             fault: FaultRule | None) -> None:
-        with self._lock:
-            self._requests.append(RecordedRequest(method, path, params, status, fault.action if fault else None))
-
-    def _reply(self, fault: FaultRule | None, path: str, params: dict[str, str], api_key: str | None) -> _Reply:
+    def reply_to(self, request: IncomingRequest, fault: FaultRule | None) -> Reply:
+        path, params = request.path, request.params
         service = next((name for name, prefix in SERVICE_PREFIXES.items() if path.startswith(prefix + "/")), None)
         if service is None:
-            return _Reply(HTTPStatus.NOT_FOUND, b"Not Found", TEXT_CONTENT_TYPE)
+            return Reply(HTTPStatus.NOT_FOUND, b"Not Found", TEXT_CONTENT_TYPE)
         action = fault.action if fault else None
         if action == "status":
             reply = error_reply(service, fault.status)
@@ -351,18 +263,19 @@ class FakeScholarlyServer:
             reply = error_reply(service, HTTPStatus.TOO_MANY_REQUESTS)
             reply.headers["Retry-After"] = str(fault.retry_after)
         elif action == "body":
-            reply = _Reply(HTTPStatus.OK, fault.body, fault.content_type)
-        elif service == SEMANTIC_SCHOLAR and self._s2_api_key is not None and api_key != self._s2_api_key:
+            reply = Reply(HTTPStatus.OK, fault.body, fault.content_type)
+        elif service == SEMANTIC_SCHOLAR and self._s2_api_key is not None \
+                and request.headers.get("x-api-key") != self._s2_api_key:
             reply = _json({"message": "Forbidden"}, HTTPStatus.FORBIDDEN)
         else:
             reply = self._answer(service, path, params)
             if action == "malformed_json":  # a JSON document cut in half is always unterminated
-                reply = _Reply(HTTPStatus.OK, reply.body[: len(reply.body) // 2], JSON_CONTENT_TYPE)
+                reply = Reply(HTTPStatus.OK, reply.body[: len(reply.body) // 2], JSON_CONTENT_TYPE)
         if service == CROSSREF:
             reply.headers.update({"X-Rate-Limit-Limit": "50", "X-Rate-Limit-Interval": "1s"})
         return reply
 
-    def _answer(self, service: str, path: str, params: dict[str, str]) -> _Reply:
+    def _answer(self, service: str, path: str, params: dict[str, str]) -> Reply:
         if service == CROSSREF:
             if path == "/crossref/works":
                 return self._crossref_search(params)
@@ -424,7 +337,7 @@ class FakeScholarlyServer:
         scored.sort(key=lambda pair: -pair[1])
         return scored[:limit]
 
-    def _crossref_search(self, params: dict[str, str]) -> _Reply:
+    def _crossref_search(self, params: dict[str, str]) -> Reply:
         query = params.get("query.bibliographic") or params.get("query") or ""
         rows = int(params.get("rows", "20"))
         hits = self._search(query, CROSSREF, rows)
@@ -433,14 +346,14 @@ class FakeScholarlyServer:
             "facets": {}, "total-results": len(items), "items": items, "items-per-page": rows,
             "query": {"start-index": 0, "search-terms": None}}})
 
-    def _openalex_search(self, params: dict[str, str]) -> _Reply:
+    def _openalex_search(self, params: dict[str, str]) -> Reply:
         per_page = int(params.get("per-page", params.get("per_page", "25")))
         hits = self._search(params.get("search", ""), OPENALEX, per_page)
         results = [{**openalex_work(work), "relevance_score": round(1000 * share, 3)} for work, share in hits]
         return _json({"meta": {"count": len(results), "db_response_time_ms": 14, "page": 1, "per_page": per_page,
                                "groups_count": None}, "results": results, "group_by": []})
 
-    def _s2_search(self, params: dict[str, str], fields: list[str]) -> _Reply:
+    def _s2_search(self, params: dict[str, str], fields: list[str]) -> Reply:
         limit = int(params.get("limit", "100"))
         hits = self._search(params.get("query", ""), SEMANTIC_SCHOLAR, limit)
         return _json({"total": len(hits), "offset": 0,
