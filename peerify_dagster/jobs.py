@@ -42,9 +42,11 @@ verify_upload_job = dg.define_asset_job(
                 "forums, manuscript, chunks, review claims, retrieval.",
 )
 # `peerify verify --citations`: the citation half of one upload venue (its manuscript's citances, bibliography,
-# reference checks, cited papers, evidence, verdicts and figures) and what it reads; no review is needed.
+# reference checks, cited papers, evidence, verdicts and figures) and what it reads, with the forum tables (the
+# paper's title on the pages); no review is needed.
 CITATION_RESULTS = ("citation_verdicts", "citation_metrics")
-VERIFY_CITATIONS = dg.AssetSelection.assets(*CITATION_RESULTS).upstream().required_multi_asset_neighbors()
+VERIFY_CITATIONS = dg.AssetSelection.assets(*CITATION_RESULTS, "submissions").upstream() \
+    .required_multi_asset_neighbors()
 verify_citations_job = dg.define_asset_job(
     "verify_citations",
     selection=VERIFY_CITATIONS,

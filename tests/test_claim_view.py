@@ -9,6 +9,7 @@ import json
 import polars as pl
 import pytest
 
+from peerify_dagster.domain.regions import pages_of
 from peerify_dagster.domain.claim_view import (
     ANSWER_KEY,
     LABELLERS_DISAGREE,
@@ -17,7 +18,6 @@ from peerify_dagster.domain.claim_view import (
     SPAN_BEST_MATCH,
     ClaimFilter,
     ClaimTables,
-    chunk_pages,
     claim_call_ids,
     claim_detail,
     claim_index,
@@ -56,9 +56,9 @@ def test_a_claim_sharing_no_word_with_the_text_marks_nothing(start, end):
 
 # -- a passage's pages (its boxes: tests/test_positions.py) -----------------------------------------------------------
 def test_a_chunks_pages_are_those_of_its_regions_else_its_first_page():
-    assert chunk_pages({"page": 1, "regions": [{"page": 3}, {"page": 2}, {"page": 3}]}) == [2, 3]
-    assert chunk_pages({"page": 4, "regions": []}) == [4]
-    assert chunk_pages({"page": None}) == []
+    assert pages_of({"page": 1, "regions": [{"page": 3}, {"page": 2}, {"page": 3}]}) == [2, 3]
+    assert pages_of({"page": 4, "regions": []}) == [4]
+    assert pages_of({"page": None}) == []
 
 
 @pytest.mark.parametrize("parsed, expected", [

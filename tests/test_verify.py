@@ -22,6 +22,7 @@ import pytest
 import yaml
 
 from peerify_dagster import cli
+from peerify_dagster.domain import uploads
 from peerify_dagster.domain.predictions import prediction_key
 from peerify_dagster.domain.venues import load_registry
 from peerify_dagster.testing.openai_server import ScriptedOpenAIServer
@@ -183,7 +184,8 @@ def test_inputs_that_cannot_be_verified_are_refused_naming_the_file_and_the_reas
         (("--pdf", pdf, "--review", str(folder / "empty.txt")), f"{folder / 'empty.txt'}: the review is empty"),
         (("--pdf", pdf, "--review", str(folder / "broken.json")), f"{folder / 'broken.json'}: unreadable JSON (line 1"),
         (("--pdf", pdf, "--review", str(folder / "missing.txt")), f"{folder / 'missing.txt'}: cannot read the review"),
-        (("--pdf", pdf, "--review", review, "--max-pdf-mb", "0.005"), f"{pdf}: 9 KB is over the upload limit of 5 KB"),
+        (("--pdf", pdf, "--review", review, "--max-pdf-mb", "0.005"),
+         f"{pdf}: {uploads.size_text(SAMPLE_PDF.stat().st_size)} is over the upload limit of 5 KB"),
         (("--venue", "sample", "--forum", "NoSuchForm1"), "forum 'NoSuchForm1': unknown in venue 'sample'"),
         (("--venue", "sample", "--forum", "../../etc/passwd"), "forum '../../etc/passwd': not an OpenReview forum"),
         (("--venue", "sample", "--forum", "Tc9vPe5XmS"), "forum 'Tc9vPe5XmS' of venue 'sample': no PDF in its"),

@@ -4,6 +4,10 @@ the code location's own graph, the `verify_upload` job (forums, manuscript, chun
 run per phase, then one `venue_predictions` run per configuration, every model call through the gateway and its
 ledger; then the claims with their verdicts and evidence are read back from the lake and written as one HTML page.
 
+With `--citations` the manuscript's own citing sentences are verified too (or alone, for a PDF given without a
+review): one `verify_citations` run (citances, bibliography, reference checks, cited papers, evidence, verdicts),
+read back and written as a second page, `citations.html`.
+
 The labellers, arbitration, slices and metrics are not built: they need a benchmark, not one paper. The same input is
 the same venue (a content-addressed key), so a second run finds every call in the ledger.
 """
@@ -27,10 +31,20 @@ from peerify_dagster import paths
 from peerify_dagster.cli.build_session import BuildInterrupted, StopSignals
 from peerify_dagster.cli.common import ConfigError, registered_venues, say
 from peerify_dagster.domain import uploads
+from peerify_dagster.domain.citation_view import CITATION_TABLES, CitationSummary, CitationTables, citation_summary
 from peerify_dagster.domain.llm_calls import answer_justification
-from peerify_dagster.domain.llm_stages import EXTRACTION, PREDICTIONS, STAGES_BY_NAME, TAGGING
+from peerify_dagster.domain.citations.options import CitationOptions
+from peerify_dagster.domain.llm_stages import (
+    CITANCE_TAGGING,
+    CITATION_VERDICTS,
+    EXTRACTION,
+    PREDICTIONS,
+    STAGES_BY_NAME,
+    TAGGING,
+)
 from peerify_dagster.domain.predictions import prediction_key
 from peerify_dagster.domain.uploads import (
+    CITING,
     EXTRACTING,
     PARSING,
     PHASE_START,
@@ -49,10 +63,10 @@ from peerify_dagster.domain.venues import (
 )
 from peerify_dagster.verification_jobs import DONE, FAILED, QUEUED, JobStore, now
 
-# The LLM stages an upload's build runs, and their roles: its review's claims are extracted and typed, then verified.
+# The LLM stages an upload's review half runs: its review's claims are extracted and typed, then verified.
 VERIFY_STAGES = (EXTRACTION, TAGGING, PREDICTIONS)
-VERIFY_ROLES = tuple(role for stage in VERIFY_STAGES for role in STAGES_BY_NAME[stage].roles)
 RESULT_TEMPLATE = "verify/result_page.html"
+CITATIONS_TEMPLATE = "verify/citations_page.html"
 TEMPLATES_DIR = Path(__file__).parent.parent / "web" / "templates"
 
 Progress = Callable[[str, str, float], None]  # (phase, message, percent)
@@ -64,8 +78,10 @@ class VerificationResult:
     usage: str  # the build's LLM calls: made live, answered from the ledger, spent
     seconds: float
     failure: str | None = None  # why the build stopped before the result (a failed step, a spent budget)
-    summary: uploads.ResultSummary | None = None
+    summary: uploads.ResultSummary | None = None  # the review half (None: no review was given)
     html_path: Path | None = None  # the one-page result (result.json, its data, beside it)
+    citations: CitationSummary | None = None  # the citation half (None: not asked for)
+    citations_path: Path | None = None  # its page, citations.html (citations.json beside it)
 
     @property
     def succeeded(self) -> bool:
@@ -99,15 +115,17 @@ def prepare(request: VerificationRequest) -> PreparedUpload:
     """The upload venue of a request, checked (UploadError naming the file or forum and the reason); nothing
     written. An upload's notes are dated now: its snapshot is written once, when first registered."""
     if request.upload is not None:
-        if not request.upload.reviews:
-            raise uploads.UploadError("no review given: verify needs at least one")
-        key = request.upload.key()
+        if not request.upload.reviews and not request.citations:
+            raise uploads.UploadError("no review given: verify needs at least one (or --citations)")
+        key = request.upload.key(request.library)
         files = uploads.upload_snapshot(key, request.upload, int(time.time() * 1000),
                                         known_paper_id(request.upload.pdf))
-        return PreparedUpload(_upload_venue(key, f"{uploads.UPLOAD_VENUE_ROOT}/{key}"), files, request.describe())
+        return PreparedUpload(_upload_venue(key, f"{uploads.UPLOAD_VENUE_ROOT}/{key}",
+                                            citations=uploads.citation_options(None, request.library)),
+                              files, request.describe())
     if not request.venue or not request.forum:
         raise uploads.UploadError("give a PDF and a review, or a venue and one of its forums")
-    return _forum_upload(request.venue, uploads.check_forum_id(request.forum), request.describe())
+    return _forum_upload(request.venue, uploads.check_forum_id(request.forum), request.describe(), request.library)
 
 
 def known_paper_id(pdf: bytes) -> str | None:
@@ -127,15 +145,15 @@ def known_paper_id(pdf: bytes) -> str | None:
     return None
 
 
-def _upload_venue(key: str, openreview_id: str, source: Venue | None = None) -> Venue:
+def _upload_venue(key: str, openreview_id: str, source: Venue | None = None, citations: dict | None = None) -> Venue:
     # A forum upload keeps the options that decide what its verifier is shown (chunks, thread evidence), so its
-    # chunk ids and prompts are the venue's own.
+    # chunk ids and prompts are the venue's own; `citations`: its citation options (uploads.citation_options).
     return Venue(key=key, openreview_id=openreview_id, source=SOURCE_UPLOAD, seed=0, snapshot=f"{key}/snapshot",
                  chunking=source.chunking if source else None, labelling=source.labelling if source else None,
-                 api_version=source.api_version if source else None)
+                 api_version=source.api_version if source else None, citations=citations)
 
 
-def _forum_upload(venue_key: str, forum_id: str, origin: str) -> PreparedUpload:
+def _forum_upload(venue_key: str, forum_id: str, origin: str, library: str | None = None) -> PreparedUpload:
     from peerify_dagster.resources.dagster_resources import VenueRegistryResource
     from peerify_dagster.resources.lake import Lake
     from peerify_dagster.resources.openreview import MalformedSnapshotFile, SnapshotReader
@@ -165,11 +183,12 @@ def _forum_upload(venue_key: str, forum_id: str, origin: str) -> PreparedUpload:
         raise uploads.UploadError(f"forum {forum_id!r} of venue {venue_key!r}: no PDF in its snapshot to verify "
                                   "against")
     uploads.check_pdf(f"forum {forum_id!r}'s PDF", pdf, len(pdf))
-    key = uploads.forum_key(venue_key, forum_id, forum_file, pdf)
+    key = uploads.forum_key(venue_key, forum_id, forum_file, pdf, library)
     venue_json = {**reader.venue(), "venue_id": venue.openreview_id}
     files = uploads.forum_snapshot(venue_json, submission, forum, pdf, pdf_meta)
     recording = registry_file.parent / venue.llm_recording if venue.llm_recording else None
-    return PreparedUpload(_upload_venue(key, venue.openreview_id, venue), files, origin, recording)
+    citations = uploads.citation_options(venue.citations, library, registry_file.parent)
+    return PreparedUpload(_upload_venue(key, venue.openreview_id, venue, citations), files, origin, recording)
 
 
 def register(prepared: PreparedUpload) -> Venue:
@@ -212,16 +231,19 @@ def _write_files(folder: Path, files: dict[str, bytes]) -> None:
 
 def print_estimate(request: VerificationRequest) -> int:
     """`peerify verify --estimate`: the LLM calls verifying the request would make (claim extraction, fact tagging,
-    each configuration's verifiers), counted as `peerify build --estimate` counts a venue's, from the upload's
-    snapshot laid out in a temporary folder (or from the lake, when the same upload was built before); nothing is
-    registered and no model is called."""
+    each configuration's verifiers; the citation half's stages with --citations), counted as `peerify build
+    --estimate` counts a venue's, from the upload's snapshot laid out in a temporary folder (or from the lake, when
+    the same upload was built before); nothing is registered and no model is called."""
     from peerify_dagster.cli import build
 
     prepared = prepare(request)
-    configurations = build.check_configurations(prepared.venue.key, list(request.configurations) or None)
+    reviewed = request.reviews_given
+    configurations = build.check_configurations(prepared.venue.key, list(request.configurations) or None) \
+        if reviewed else []
+    stages = verify_stages(request, prepared.venue)
     with tempfile.TemporaryDirectory(prefix="peerify-verify-estimate-") as folder:
         _write_files(Path(folder), prepared.files)
-        return build.print_estimate(prepared.venue, Path(folder), configurations, VERIFY_STAGES, prepared.recording)
+        return build.print_estimate(prepared.venue, Path(folder), configurations, stages, prepared.recording)
 
 
 def phase_selections() -> list[tuple[str, list]]:
@@ -255,8 +277,9 @@ def _failure(result) -> str:  # noqa: ANN001 - an ExecuteInProcessResult
 
 def run_verification(request: VerificationRequest, progress: Progress | None = None, stop=None,  # noqa: ANN001
                      holder: str | None = None) -> VerificationResult:
-    """Register the request's upload venue, build it up to the predictions of its configurations, and write the
-    result (`<lake>/uploads/<key>/result.html`, `result.json`). `progress(phase, message, percent)` hears each phase;
+    """Register the request's upload venue, build it up to the predictions of its configurations (when it has a
+    review) and through the citation half (when asked), and write the results (`<lake>/uploads/<key>/result.html`,
+    `result.json`; `citations.html`, `citations.json`). `progress(phase, message, percent)` hears each phase;
     `stop` (cli.build_session.StopSignals, in a main thread) lets a signal end the build after the run in progress.
     Raises UploadError or ConfigError, with nothing registered, for a request it refuses."""
     from peerify_dagster.cli.build import check_configurations, check_models
@@ -267,14 +290,15 @@ def run_verification(request: VerificationRequest, progress: Progress | None = N
     started = time.monotonic()
     prepared = prepare(request)
     key = prepared.venue.key
-    configurations = check_configurations(key, list(request.configurations) or None)
-    check_models(key, configurations, VERIFY_ROLES)
+    reviewed = request.reviews_given
+    configurations = check_configurations(key, list(request.configurations) or None) if reviewed else []
+    check_models(key, configurations, verify_roles(request, prepared.venue))
     report(REGISTERING, f"registering {request.describe()} as venue {key}", PHASE_START[REGISTERING])
     register(prepared)
 
     from dagster import AssetKey
 
-    from peerify_dagster.jobs import VERIFY_RUN_CONFIG, predictions_job, verify_upload_job
+    from peerify_dagster.jobs import VERIFY_RUN_CONFIG, predictions_job, verify_citations_job, verify_upload_job
     from peerify_dagster.partitions import add_venue_partitions
     from peerify_dagster.resources import runs
     from peerify_dagster.resources.lake import Lake
@@ -289,20 +313,27 @@ def run_verification(request: VerificationRequest, progress: Progress | None = N
                              on_wait=lambda other: report(REGISTERING, f"waiting for {other} to finish", 2.0)):
         add_venue_partitions(instance, key, [c.name for c in configurations])
         try:
-            for phase, selection in phase_selections():
+            for phase, selection in phase_selections() if reviewed else []:
                 report(phase, f"{phase}: {len(selection)} assets of {key}", PHASE_START[phase])
                 # A run's config replaces the job's default, and names only the ops the run selects.
                 config = VERIFY_RUN_CONFIG if AssetKey("paper_claims") in selection else None
                 if not (result := session.run(verify_upload_job.name, key, config, selection)).success:
                     failure = _failure(result)
                     break
-            span = (PHASE_START[WRITING] - PHASE_START[PREDICTING]) / max(1, len(configurations))
+            after = PHASE_START[CITING if request.citations else WRITING]
+            span = (after - PHASE_START[PREDICTING]) / max(1, len(configurations))
             for index, configuration in enumerate(configurations if failure is None else []):
                 report(f"{PREDICTING} {configuration.name}", f"verifying the claims under {configuration.name}",
                        PHASE_START[PREDICTING] + index * span)
                 if not (result := session.run(predictions_job.name, prediction_key(key, configuration.name))).success:
                     failure = _failure(result)
                     break
+            if request.citations and failure is None:
+                selection = citation_selection(reviewed)
+                report(CITING, f"{CITING}: {len(selection)} assets of {key}",
+                       PHASE_START[CITING] if reviewed else PHASE_START[PARSING])
+                if not (result := session.run(verify_citations_job.name, key, None, selection)).success:
+                    failure = _failure(result)
         except BudgetSpent as spent:
             failure = str(spent)
     for line in lake.refresh_catalog().problems():
@@ -311,11 +342,41 @@ def run_verification(request: VerificationRequest, progress: Progress | None = N
     if failure is not None:
         return outcome
     report(WRITING, "reading the verdicts back and writing the result page", PHASE_START[WRITING])
-    outcome.summary = read_summary(lake, key, prepared.origin, [c.name for c in configurations])
-    outcome.html_path = write_result(outcome.summary, upload_folder(key))
+    done = []
+    if reviewed:
+        outcome.summary = read_summary(lake, key, prepared.origin, [c.name for c in configurations])
+        outcome.html_path = write_result(outcome.summary, upload_folder(key))
+        done.append(f"{len(outcome.summary.claims)} claims verified")
+    if request.citations:
+        outcome.citations = read_citations(lake, key, prepared.origin)
+        outcome.citations_path = write_citations(outcome.citations, upload_folder(key))
+        done.append(f"{len(outcome.citations.citances)} citances checked")
     outcome.seconds = time.monotonic() - started
-    report(WRITING, f"done: {len(outcome.summary.claims)} claims verified", 100.0)
+    report(WRITING, f"done: {', '.join(done)}", 100.0)
     return outcome
+
+
+def verify_stages(request: VerificationRequest, venue: Venue) -> tuple[str, ...]:
+    """The LLM stages the request's build runs: the review half's, the citation half's (its citance tagger only
+    where the venue's `citations:` options turn it on), or both."""
+    citing = (CITANCE_TAGGING,) * CitationOptions.from_mapping(venue.citations).enrichment + (CITATION_VERDICTS,)
+    return (VERIFY_STAGES if request.reviews_given else ()) + (citing if request.citations else ())
+
+
+def verify_roles(request: VerificationRequest, venue: Venue) -> tuple[str, ...]:
+    """The LLM roles of `verify_stages`."""
+    return tuple(role for stage in verify_stages(request, venue) for role in STAGES_BY_NAME[stage].roles)
+
+
+def citation_selection(after_review_half: bool) -> list:
+    """The `verify_citations` job's assets for one run: all of them, or, after the review half built the forums
+    and the manuscript in this verification, only those it did not build."""
+    from peerify_dagster.definitions import defs
+    from peerify_dagster.jobs import VERIFY_CITATIONS, VERIFY_INPUTS
+
+    graph = defs.resolve_asset_graph()
+    chosen = VERIFY_CITATIONS.resolve(graph)
+    return sorted(chosen - VERIFY_INPUTS.resolve(graph) if after_review_half else chosen)
 
 
 def read_summary(lake, venue: str, origin: str, configurations: Sequence[str]) -> uploads.ResultSummary:  # noqa: ANN001
@@ -343,22 +404,46 @@ def read_summary(lake, venue: str, origin: str, configurations: Sequence[str]) -
                                  claims=tuple(claims), unused=tuple(unused), problems=tuple(problems))
 
 
-def render_result(summary: uploads.ResultSummary) -> str:
-    """The one-page HTML result (self-contained: styles inline, no script, nothing fetched)."""
+def _render(template: str, **context) -> str:
+    """A result page (self-contained: styles inline, no script, nothing fetched)."""
     from jinja2 import Environment, FileSystemLoader, select_autoescape
 
     environment = Environment(loader=FileSystemLoader(TEMPLATES_DIR), autoescape=select_autoescape(["html"]))
-    return environment.get_template(RESULT_TEMPLATE).render(summary=summary, counts=summary.verdict_counts())
+    return environment.get_template(template).render(**context)
 
 
-def write_result(summary: uploads.ResultSummary, folder: Path) -> Path:
-    """`result.html` and its data, `result.json`, in the upload's folder, each written whole or not at all; the
+def render_result(summary: uploads.ResultSummary) -> str:
+    """The one-page HTML result of the review half."""
+    return _render(RESULT_TEMPLATE, summary=summary, counts=summary.verdict_counts())
+
+
+def _write_page(folder: Path, name: str, data: dict, page: str) -> Path:
+    """`<name>.html` and its data, `<name>.json`, in the upload's folder, each written whole or not at all; the
     page's path."""
     from peerify_dagster.resources.files import write_atomic, write_json_atomic
 
-    write_json_atomic(folder / "result.json", summary.as_dict())
-    write_atomic(folder / "result.html", render_result(summary).encode())
-    return folder / "result.html"
+    write_json_atomic(folder / f"{name}.json", data)
+    write_atomic(folder / f"{name}.html", page.encode())
+    return folder / f"{name}.html"
+
+
+def write_result(summary: uploads.ResultSummary, folder: Path) -> Path:
+    """`result.html` and `result.json`; the page's path."""
+    return _write_page(folder, "result", summary.as_dict(), render_result(summary))
+
+
+def read_citations(lake, venue: str, origin: str) -> CitationSummary:  # noqa: ANN001 - a Lake
+    """The upload venue's citances with their entries, checks, cited papers, evidence and verdicts, read from its
+    tables."""
+    def table(name: str):  # noqa: ANN202 - a polars frame or None
+        return lake.read_table(name, venue) if lake.table_path(name, venue).exists() else None
+
+    return citation_summary(CitationTables(**{name: table(name) for name in CITATION_TABLES}), venue, origin)
+
+
+def write_citations(summary: CitationSummary, folder: Path) -> Path:
+    """`citations.html` and `citations.json`; the page's path."""
+    return _write_page(folder, "citations", summary.as_dict(), _render(CITATIONS_TEMPLATE, summary=summary))
 
 
 # -- the web app's verification jobs: the child process its worker starts ------------------------------

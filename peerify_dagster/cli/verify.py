@@ -1,7 +1,8 @@
 """`peerify verify`: one review checked against its manuscript through the code location's own graph
 (peerify_dagster/cli/verification.py), the claims printed with their verdicts and evidence and written as one HTML
-page. Every input is checked before anything is registered or built: a refused input is one line naming the file
-(or forum) and the reason, exit code 2."""
+page; with `--citations`, the manuscript's own citing sentences checked against the papers they cite as well (or
+alone: the review is then optional), printed and written as a second page. Every input is checked before anything
+is registered or built: a refused input is one line naming the file (or forum) and the reason, exit code 2."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 
 from peerify_dagster.cli.common import ConfigError, say
 from peerify_dagster.domain import uploads
+from peerify_dagster.domain.citation_view import format_citations
 
 
 def _read(path: str, what: str) -> bytes:
@@ -37,6 +39,16 @@ def upload_from_files(pdf: str, reviews: list[str], responses: list[str], max_pd
                           responses=tuple(given_responses))
 
 
+def library_folder(folder: str) -> str:
+    """`--library`'s folder as an absolute path, or UploadError naming it when it is no folder."""
+    path = Path(folder).expanduser()
+    if not path.exists():
+        raise uploads.UploadError(f"{folder}: the --library folder does not exist")
+    if not path.is_dir():
+        raise uploads.UploadError(f"{folder}: --library names a file, not a folder of PDFs")
+    return str(path.resolve())
+
+
 def cmd_verify(args: argparse.Namespace) -> int:
     from peerify_dagster.cli.verification import print_estimate
 
@@ -47,14 +59,22 @@ def cmd_verify(args: argparse.Namespace) -> int:
     if by_forum and (args.pdf or args.review or args.response):
         raise ConfigError("verify takes --pdf/--review/--response or --venue/--forum, not both (a forum's PDF, "
                           "reviews and author responses are in the forum)")
-    if not (args.venue and args.forum if by_forum else args.pdf and args.review):
-        raise ConfigError("verify needs --pdf PAPER.pdf --review REVIEW (one or more), or --venue V --forum ID")
+    if not (args.venue and args.forum if by_forum else args.pdf and (args.review or args.citations)):
+        raise ConfigError("verify needs --pdf PAPER.pdf --review REVIEW (one or more) and/or --citations, or "
+                          "--venue V --forum ID")
+    if args.library is not None and not args.citations:
+        raise ConfigError(f"--library {args.library}: the library is where cited papers are looked for; add "
+                          "--citations")
+    if not by_forum and not args.review and (args.response or args.configuration):
+        raise ConfigError(f"{'--response' if args.response else '--configuration'} is for verifying a review: "
+                          "add --review (--citations alone checks the paper's citing sentences only)")
     try:
         limit = int(args.max_pdf_mb * 2**20) if args.max_pdf_mb is not None else uploads.max_pdf_bytes()
+        library = library_folder(args.library) if args.library is not None else None
         request = uploads.VerificationRequest(
-            upload=None if by_forum else upload_from_files(args.pdf, args.review, args.response or [], limit),
+            upload=None if by_forum else upload_from_files(args.pdf, args.review or [], args.response or [], limit),
             venue=args.venue, forum=args.forum, configurations=tuple(args.configuration or ()),
-            max_cost_usd=args.max_cost_usd, max_tokens=args.max_tokens)
+            max_cost_usd=args.max_cost_usd, max_tokens=args.max_tokens, citations=args.citations, library=library)
         return print_estimate(request) if args.estimate else _verify(request)
     except uploads.UploadError as refused:
         raise ConfigError(str(refused)) from None
@@ -77,10 +97,17 @@ def _verify(request: uploads.VerificationRequest) -> int:
     if not outcome.succeeded:
         say(f"verify of {outcome.venue} stopped: {outcome.failure}")
         return 1
-    print(uploads.format_result(outcome.summary))
-    print(f"\nresult: {outcome.html_path}")
-    print(f"venue: {outcome.venue} (peerify serve: /venues/{outcome.venue}/claims; "
-          f'peerify sql "select * from predictions where venue = \'{outcome.venue}\'")')
+    if outcome.summary is not None:
+        print(uploads.format_result(outcome.summary))
+        print(f"\nresult: {outcome.html_path}")
+    if outcome.citations is not None:
+        print(("\n" if outcome.summary is not None else "") + format_citations(outcome.citations))
+        print(f"\ncitations: {outcome.citations_path}")
+    pages = ([f"/venues/{outcome.venue}/claims"] if outcome.summary is not None else []) + \
+        ([f"/venues/{outcome.venue}/citances"] if outcome.citations is not None else [])
+    table = "predictions" if outcome.summary is not None else "citation_verdicts"
+    print(f"venue: {outcome.venue} (peerify serve: {', '.join(pages)}; "
+          f'peerify sql "select * from {table} where venue = \'{outcome.venue}\'")')
     say(f"verified in {outcome.seconds:.1f} s")
     return 0
 
@@ -92,7 +119,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "`upload-<content hash>`) and builds it through the same asset graph as any venue, up to the "
                     "predictions of the chosen configurations (not the labellers, arbitration or slices: those need "
                     "a benchmark). Prints each claim with its verdicts and the passages shown, and writes a one-page "
-                    "HTML result under <lake>/uploads/<key>/. The same input again is answered from the LLM ledger.")
+                    "HTML result under <lake>/uploads/<key>/. With --citations, the paper's citing sentences are "
+                    "checked against the papers they cite as well (the `verify_citations` job) and written as "
+                    "citations.html beside it. The same input again is answered from the LLM ledger.")
     verify.add_argument("--pdf", metavar="PAPER.pdf", help="the manuscript")
     verify.add_argument("--review", action="append", metavar="FILE",
                         help="a review: plain text (OpenReview's `Summary: ...` field labels are kept as sections), "
@@ -105,10 +134,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     verify.add_argument("--forum", metavar="ID", help="the forum (paper) id in --venue")
     verify.add_argument("--configuration", action="append", metavar="NAME",
                         help="a configuration of configurations.yaml (repeatable; default: its `upload_venues:`)")
+    verify.add_argument("--citations", action="store_true",
+                        help="check the manuscript's own citing sentences against the papers they cite too (its "
+                             "citances, bibliography, reference checks, cited papers, evidence and verdicts; "
+                             "written as citations.html beside the result); with --pdf, the review is then optional")
+    verify.add_argument("--library", metavar="FOLDER",
+                        help="with --citations: a folder of PDFs where cited papers are looked for first (by DOI, "
+                             "arXiv id, then title), kept in the upload venue's `citations:` options")
     verify.add_argument("--estimate", action="store_true",
                         help="print the LLM calls, tokens and cost the verification would make (claim extraction, "
-                             "fact tagging, each configuration's verifiers; ranges, as `peerify build --estimate`) "
-                             "without calling any model or registering anything")
+                             "fact tagging, each configuration's verifiers, and with --citations the citation "
+                             "verdicts; ranges, as `peerify build --estimate`) without calling any model or "
+                             "registering anything")
     verify.add_argument("--max-cost-usd", type=float, metavar="USD",
                         help="the LLM budget of the whole verification (ledger hits are free)")
     verify.add_argument("--max-tokens", type=int, metavar="N", help="the same budget in tokens (input + output)")

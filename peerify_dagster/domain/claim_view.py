@@ -30,7 +30,7 @@ from peerify_dagster.domain.predictions import (
     SOURCE_REVIEW,
     STATUS_OK,
 )
-from peerify_dagster.domain.regions import boxes_on_page, page_sizes_of
+from peerify_dagster.domain.regions import boxes_on_page, page_sizes_of, pages_of
 from peerify_dagster.domain.report import accuracy_and_f1, slice_order, slice_statistics
 from peerify_dagster.domain.slices import SLICES
 
@@ -246,12 +246,6 @@ def mark_claim(text: str, claim_text: str, start: int | None, end: int | None, k
     return MarkedText(text[:start], text[start:best[1]], text[best[1]:], SPAN_BEST_MATCH)
 
 
-def chunk_pages(chunk: Mapping) -> list[int]:
-    """The pages a chunk lies on: those of its regions, else the page it starts on."""
-    pages = sorted({region["page"] for region in chunk.get("regions") or []})
-    return pages or ([chunk["page"]] if chunk.get("page") is not None else [])
-
-
 @dataclass
 class Passage:
     """A chunk as one configuration or retriever saw it: rank and score when a retriever ranked it."""
@@ -440,7 +434,7 @@ def _passage(chunk_id: str, chunks: Mapping[str, dict], rank: int | None = None,
              score: float | None = None) -> Passage:
     chunk = chunks.get(chunk_id) or {}
     return Passage(chunk_id, rank, score, chunk.get("text"), chunk.get("section"), chunk.get("page"),
-                   chunk_pages(chunk) if chunk else [])
+                   pages_of(chunk) if chunk else [])
 
 
 def _configuration_view(row: Mapping, tables: ClaimTables, chunks: Mapping[str, dict],
@@ -496,7 +490,7 @@ def _first_passage(detail: ClaimDetail) -> str | None:
     candidates += [p.chunk_id for ranking in detail.rankings.values() for p in ranking]
     candidates += [p.chunk_id for view in detail.configurations for p in view.passages]
     for chunk_id in candidates:
-        if chunk_id in detail.chunks and chunk_pages(detail.chunks[chunk_id]):
+        if chunk_id in detail.chunks and pages_of(detail.chunks[chunk_id]):
             return chunk_id
     return None
 
@@ -507,7 +501,7 @@ def page_view(detail: ClaimDetail, chunk_id: str | None, page: int | None = None
     if detail.pdf_sha256 is None:
         return None
     chunk = detail.chunks.get(chunk_id or "")
-    pages = chunk_pages(chunk) if chunk else []
+    pages = pages_of(chunk) if chunk else []
     if not pages:
         return None
     shown = page if page in pages else pages[0]

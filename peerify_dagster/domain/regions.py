@@ -49,3 +49,10 @@ def boxes_on_page(regions: Iterable[Region | Mapping[str, Any]] | None, page: in
             box = {"left": left, "top": top, "width": right - left, "height": bottom - top}
             boxes.append({name: round(100 * share, BOX_DECIMALS) for name, share in box.items()})
     return boxes
+
+
+def pages_of(item: Mapping) -> list[int]:
+    """The pages a placed item (a chunk, a citance, a passage) lies on: those of its regions, else the page it starts
+    on."""
+    pages = sorted({region["page"] for region in item.get("regions") or []})
+    return pages or ([item["page"]] if item.get("page") is not None else [])

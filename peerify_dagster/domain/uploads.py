@@ -29,6 +29,7 @@ from typing import Any
 from pypdf import PdfReader
 from pypdf.errors import PdfReadError
 
+from peerify_dagster.domain.citations.options import CitationOptions
 from peerify_dagster.domain.claims import NON_TEXT_FIELDS, split_review_text
 from peerify_dagster.domain.forum_tables import REVIEW_TEXT_FIELDS
 from peerify_dagster.domain.pdfs import PdfInfo, PdfProblem, inspect_pdf
@@ -40,7 +41,11 @@ MAX_PDF_MB_ENV = "PEERIFY_MAX_PDF_MB"
 REGISTERING, PARSING, EXTRACTING, RETRIEVAL, PREDICTING, WRITING = (
     "registering", "parsing the manuscript", "extracting claims", "retrieval", "predicting", "writing the result")
 PHASES = (REGISTERING, PARSING, EXTRACTING, RETRIEVAL, PREDICTING, WRITING)  # predicting: one per configuration
-PHASE_START = {REGISTERING: 0.0, PARSING: 5.0, EXTRACTING: 30.0, RETRIEVAL: 55.0, PREDICTING: 65.0, WRITING: 95.0}
+# `peerify verify --citations` adds one phase, the citation half, after the predictions (or alone, after
+# registering, when no review is given); the web app's verify jobs run the review half only (PHASES).
+CITING = "verifying citations"
+PHASE_START = {REGISTERING: 0.0, PARSING: 5.0, EXTRACTING: 30.0, RETRIEVAL: 55.0, PREDICTING: 65.0, CITING: 80.0,
+               WRITING: 95.0}
 UPLOAD_VENUE_ROOT = "Peerify/Upload"  # an uploaded paper's venue id: `Peerify/Upload/<key>`
 REVIEW_FIELD = "review"  # the one field of a review given as plain text without OpenReview's field labels
 RESPONSE_FIELD = "comment"  # an author response's text, as in an OpenReview Official_Comment
@@ -75,16 +80,35 @@ class Upload:
     reviews: tuple[UploadedText, ...]
     responses: tuple[UploadedText, ...] = ()
 
-    def key(self) -> str:
-        """The upload venue's key: the same PDF, reviews and responses are the same venue."""
+    def key(self, library: str | None = None) -> str:
+        """The upload venue's key: the same PDF, reviews and responses are the same venue; a citation library
+        (`--library`) is part of it, so the same paper resolved against another folder is another venue."""
         return content_key({"pdf_sha256": hashlib.sha256(self.pdf).hexdigest(),
                             "reviews": [asdict(text) for text in self.reviews],
-                            "responses": [asdict(text) for text in self.responses]})
+                            "responses": [asdict(text) for text in self.responses]}, library)
 
 
-def content_key(content: Mapping[str, Any]) -> str:
-    canonical = json.dumps({"schema": _SCHEMA_VERSION, **content}, sort_keys=True, ensure_ascii=False)
+def content_key(content: Mapping[str, Any], library: str | None = None) -> str:
+    # Without a library the content is what it always was: the keys of uploads made before stay the same.
+    extra = {"citation_library": library} if library is not None else {}
+    canonical = json.dumps({"schema": _SCHEMA_VERSION, **content, **extra}, sort_keys=True, ensure_ascii=False)
     return UPLOAD_KEY_PREFIX + hashlib.sha256(canonical.encode()).hexdigest()[:12]
+
+
+def citation_options(source: Mapping[str, Any] | None, library: str | None,
+                     source_root: PurePath | None = None) -> dict[str, Any] | None:
+    """The `citations:` entry of an upload venue: the source venue's options (a forum upload; None: a file upload,
+    the defaults) with `library`, when given, as the folder searched first. A library is written as an absolute
+    folder: the upload registry lives in the lake, not beside the registry whose folder (`source_root`) a source
+    venue's relative library is read from. None when there is nothing to write."""
+    entry = dict(source or {})
+    if entry.get("library") and source_root is not None:
+        entry["library"] = os.path.abspath(os.path.join(source_root, entry["library"]))
+    if library is not None:
+        entry["library"] = library
+        if "resolve" in entry:  # a source venue that resolves without its library searches this one first
+            entry["resolve"] = list(CitationOptions.from_mapping(entry).with_library(library).resolve)
+    return entry or None
 
 
 # -- reading what was given ------------------------------------------------------------------------------------------
@@ -285,10 +309,11 @@ def _note_ids(key: str, role: str, texts: Sequence[UploadedText], taken: Iterabl
     return ids
 
 
-def forum_key(venue_key: str, forum_id: str, forum_file: bytes, pdf: bytes) -> str:
-    """The key of an upload made from one forum of a built venue: a re-crawled forum (new replies) is a new venue."""
+def forum_key(venue_key: str, forum_id: str, forum_file: bytes, pdf: bytes, library: str | None = None) -> str:
+    """The key of an upload made from one forum of a built venue: a re-crawled forum (new replies) is a new venue,
+    and so is the forum resolved against another citation library."""
     return content_key({"venue": venue_key, "forum": forum_id, "forum_sha256": hashlib.sha256(forum_file).hexdigest(),
-                        "pdf_sha256": hashlib.sha256(pdf).hexdigest()})
+                        "pdf_sha256": hashlib.sha256(pdf).hexdigest()}, library)
 
 
 def forum_snapshot(venue_json: Mapping[str, Any], submission: Mapping[str, Any], forum: Mapping[str, Any],
@@ -470,7 +495,9 @@ def max_pdf_bytes(environ: Mapping[str, str] = os.environ) -> int:
 @dataclass(frozen=True)
 class VerificationRequest:
     """What to verify: `upload` (a paper and its reviews), or `venue` + `forum` (one forum of a built venue); the
-    configurations to predict with (none: configurations.yaml `upload_venues:`) and the LLM budget of the build."""
+    configurations to predict with (none: configurations.yaml `upload_venues:`) and the LLM budget of the build.
+    `citations`: the manuscript's citing sentences are checked against the papers they cite too (an upload may then
+    have no review: the review half is skipped); `library`: the absolute folder of PDFs searched first for them."""
 
     upload: Upload | None = None
     venue: str | None = None
@@ -478,10 +505,21 @@ class VerificationRequest:
     configurations: tuple[str, ...] = ()
     max_cost_usd: float | None = None
     max_tokens: int | None = None
+    citations: bool = False
+    library: str | None = None
+
+    @property
+    def reviews_given(self) -> bool:
+        """Whether the review half runs: a forum has its reviews, an upload those given."""
+        return self.upload is None or bool(self.upload.reviews)
 
     def describe(self) -> str:
+        cited = " and its citations" if self.citations else ""
         if self.upload is not None:
+            name = PurePath(self.upload.pdf_name).name
             reviews, responses = len(self.upload.reviews), len(self.upload.responses)
-            return (f"{PurePath(self.upload.pdf_name).name} with {reviews} review{'s' * (reviews != 1)}"
-                    + (f" and {responses} author response{'s' * (responses != 1)}" if responses else ""))
-        return f"forum {self.forum} of venue {self.venue}"
+            if not reviews:
+                return f"{name}: its citations" if self.citations else name
+            return (f"{name} with {reviews} review{'s' * (reviews != 1)}"
+                    + (f" and {responses} author response{'s' * (responses != 1)}" if responses else "") + cited)
+        return f"forum {self.forum} of venue {self.venue}{cited}"

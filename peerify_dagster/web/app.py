@@ -26,7 +26,7 @@ from starlette.types import ASGIApp
 
 from peerify_dagster.web.data import LakeData, NotInLake
 from peerify_dagster.web.pages import DEFAULT_DAGSTER_URL, STATIC_DIR, Settings, is_htmx, render_error
-from peerify_dagster.web.routes import arbitration, claims, files, overview, session, verify
+from peerify_dagster.web.routes import arbitration, citations, claims, files, overview, session, verify
 from peerify_dagster.web.security import (
     DEFAULT_MAX_BODY_BYTES,
     LOOPBACK_NAMES,
@@ -36,7 +36,7 @@ from peerify_dagster.web.security import (
     session_secret,
 )
 
-ROUTE_MODULES = (session, files, overview, claims, arbitration, verify)
+ROUTE_MODULES = (session, files, overview, claims, citations, arbitration, verify)
 SESSION_COOKIE = "peerify_session"
 SESSION_MAX_AGE_S = 14 * 24 * 3600
 

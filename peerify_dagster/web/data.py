@@ -3,7 +3,8 @@ reader, never through a path taken from a request, nor through the DuckDB catalo
 lake was built in, so a copied or moved lake would show nothing, and a build holds it while it runs). Tables and
 ledger segments are cached in memory and re-read when their file changes (a rebuild replaces it atomically), so a
 page costs a few dictionary lookups once warm. Files are found by content hash only: a manuscript PDF through
-`manuscript_pdfs.sha256`, a report figure through the digest of the files `venue_report` lists.
+`manuscript_pdfs.sha256` (a cited paper's through `cited_manuscripts.pdf_sha256`), a report figure through the digest
+of the files `venue_report` lists.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import TypeVar
 import polars as pl
 import pypdfium2 as pdfium
 
+from peerify_dagster.domain.citation_view import CITATION_TABLES, CitanceIndex, CitationTables, citance_index
 from peerify_dagster.domain.claim_view import ClaimIndex, ClaimTables, claim_index
 from peerify_dagster.resources.files import atomic_path
 from peerify_dagster.resources.lake import Lake
@@ -109,6 +111,19 @@ class LakeData:
                                                 *(self.optional_table(table, venue) for table in tables[1:]),
                                                 self.predictions(venue)))
 
+    # -- what the citation pages read -----------------------------------------------------------------------------
+    def citation_tables(self, venue: str) -> CitationTables:
+        """The venue's citation tables (and the manuscripts' PDFs and page sizes); NotInLake when its citances are
+        not built."""
+        return CitationTables(**{name: self.table(name, venue) if name == "citances" else
+                                 self.optional_table(name, venue) for name in CITATION_TABLES})
+
+    def citance_index(self, venue: str) -> CitanceIndex:
+        """The citance browser's index of the venue, computed once per version of the tables it comes from."""
+        tables = ("citances", "cited_papers", "citation_verdicts", "submissions")
+        return self.derived(("citance_index", venue), [(table, venue) for table in tables],
+                            lambda: citance_index(self.citation_tables(venue)))
+
     def ledger_answers(self, call_ids: list[str]) -> dict[str, str | None] | None:
         """The parsed answer (JSON text) of each of the LLM calls that succeeded (its latest success, as the gateway
         answers it), read from the ledger's segments (each cached per file version); None when a segment cannot be
@@ -173,16 +188,17 @@ class LakeData:
 
     # -- files by content hash ------------------------------------------------------------------------------------
     def pdf_path(self, sha256: str) -> Path:
-        """The manuscript PDF whose sha256 `manuscript_pdfs` records, wherever the lake keeps it; NotInLake if no
-        venue has it."""
+        """The PDF whose sha256 `manuscript_pdfs` (a venue's manuscript) or `cited_manuscripts` (a cited paper)
+        records, wherever the lake keeps it; NotInLake if no venue has it."""
         if not SHA256.match(sha256):
             raise NotInLake("a manuscript is named by its sha256 (64 lower-case hex digits)")
-        for venue in self.lake.partition_keys("manuscript_pdfs"):
-            pdfs = self.table("manuscript_pdfs", venue).filter(pl.col("sha256") == sha256)
-            for stored in pdfs["lake_path"].drop_nulls():
-                path = (self.root / stored).resolve()
-                if path.is_relative_to(self.root) and path.is_file():
-                    return path
+        for table, column in (("manuscript_pdfs", "sha256"), ("cited_manuscripts", "pdf_sha256")):
+            for venue in self.lake.partition_keys(table):
+                pdfs = self.table(table, venue).filter(pl.col(column) == sha256)
+                for stored in pdfs["lake_path"].drop_nulls():
+                    path = (self.root / stored).resolve()
+                    if path.is_relative_to(self.root) and path.is_file():
+                        return path
         raise NotInLake(f"no manuscript with sha256 {sha256} is in the lake")
 
     def page_image(self, sha256: str, page: int, scale: float) -> Path:
