@@ -5,6 +5,7 @@ through the gateway, and the figures beside RefVerifier's. The logic is in domai
 
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import NamedTuple
 
 import dagster as dg
 import polars as pl
@@ -90,7 +91,8 @@ def _bibliography_rows(venue: str, paper_id: str, blocks: list[Block]) -> list[d
             "authors": list(entry.authors), "surnames": list(entry.surnames), "title": entry.title,
             "year": entry.year, "year_suffix": entry.year_suffix, "published_in": entry.venue, "doi": entry.doi,
             "arxiv_id": entry.arxiv_id, "url": entry.url,
-            "field_sources": [{"field": name, "method": method} for name, method in sorted(entry.field_sources.items())],
+            "field_sources": [{"field": name, "method": method}
+                              for name, method in sorted(entry.field_sources.items())],
             "parse_status": entry.status, "parse_reason": entry.reason, "page": found.page,
             "regions": [vars(region) for region in found.regions],
         })
@@ -231,7 +233,8 @@ def reference_checks(context: dg.AssetExecutionContext, bibliography: pl.DataFra
         context.log.info(f"{paper_id}: {len(entries)} entries checked against {list(options.metadata) or 'no service'}")
     frame = pl.DataFrame(rows, schema=REFERENCE_CHECK_SCHEMA)
     yield dg.Output(frame, metadata={"services": dg.MetadataValue.json(list(options.metadata)),
-                                     "by_status": dg.MetadataValue.json(dict(frame.group_by("status").len().iter_rows()))})
+                                     "by_status": dg.MetadataValue.json(
+                                         dict(frame.group_by("status").len().iter_rows()))})
     yield gate("no_suspicious_references", [Expect(frame, "ExpectColumnValuesToNotBeInSet", ("entry_id",),
                                                    {"column": "status", "value_set": ["suspicious"]})], blocking=False)
 
@@ -406,11 +409,21 @@ def _own_spans(citance: dict, entry: str) -> tuple[list[tuple[int, int]], list[t
     return spans, own
 
 
-def claim_types_of(citances: pl.DataFrame, citance_enrichment: pl.DataFrame) -> dict[str, str]:
-    """citance id -> its claim type: the tagger's when it answered, else the rule-based one."""
-    tagged = {row["citance_id"]: row["claim_type"] for row in citance_enrichment.iter_rows(named=True)
+class Reading(NamedTuple):
+    """What a citance claims, as its evidence and verdicts are chosen and asked for."""
+
+    claim_type: str
+    hedged: bool
+
+
+def citance_readings(citances: pl.DataFrame, citance_enrichment: pl.DataFrame) -> dict[str, Reading]:
+    """citance id -> its claim type and whether it is hedged: the tagger's reading when it answered (hedged unless
+    its hedge level is none), else the rule-based one."""
+    tagged = {row["citance_id"]: Reading(row["claim_type"], row["hedge_level"] != "none")
+              for row in citance_enrichment.iter_rows(named=True)
               if row["status"] == verdicts.STATUS_OK and row["claim_type"]}
-    return {cid: tagged.get(cid, rule) for cid, rule in zip(citances["citance_id"], citances["claim_type"])}
+    return {cid: tagged.get(cid, Reading(rule, hedged))
+            for cid, rule, hedged in zip(citances["citance_id"], citances["claim_type"], citances["hedged"])}
 
 
 @dg.asset(partitions_def=venue_partitions, group_name=GROUP, kinds={"python", "parquet", "pytorch"},
@@ -426,7 +439,7 @@ def citation_evidence(context: dg.AssetExecutionContext, citances: pl.DataFrame,
     venue = context.partition_key
     options = citation_options(venue_registry, venue)
     papers = CitedPapers(cited_papers, cited_manuscripts, parsed_manuscripts)
-    types = claim_types_of(citances, citance_enrichment)
+    readings = citance_readings(citances, citance_enrichment)
     dense = RETRIEVER_CONFIGS[options.retriever].base().needs_query_vector
     cache = embedding_model.cache(lake.lake()) if dense else None
     reranker = retrieval.reranker() if RETRIEVER_CONFIGS[options.retriever].rerank else None
@@ -440,7 +453,7 @@ def citation_evidence(context: dg.AssetExecutionContext, citances: pl.DataFrame,
             if key is None:
                 rows.append({**base, "status": verdicts.STATUS_NO_CITED_PAPER, "reason": papers.why_not(entry)})
                 continue
-            length = evidence.window_length(types[citance["citance_id"]])
+            length = evidence.window_length(readings[citance["citance_id"]].claim_type)
             if (key, length) not in windows:
                 cut = evidence.sentence_windows(key, papers.blocks[key], length)
                 vectors = cache.embed_with_cache([w.text for w in cut])[0] if cache is not None and cut else None
@@ -516,7 +529,7 @@ def citation_verdicts(context: dg.AssetExecutionContext, citances: pl.DataFrame,
     venue = context.partition_key
     options = citation_options(venue_registry, venue)
     papers = CitedPapers(cited_papers, cited_manuscripts, parsed_manuscripts)
-    types = claim_types_of(citances, citance_enrichment)
+    readings = citance_readings(citances, citance_enrichment)
     template = load_prompt(verdicts.VERIFY_CITATION_PROMPT)
     plans = {mode: _pairs(citances, citation_evidence, papers, mode) for mode in options.modes}
     rows, usage = [], {}
@@ -529,7 +542,7 @@ def citation_verdicts(context: dg.AssetExecutionContext, citances: pl.DataFrame,
         for verifier in verifiers:
             spec = gateway.registry.model(verifier)
             for mode, pairs in plans.items():
-                rows += _verdict_rows(context, gateway, verifier, spec, mode, pairs, types, papers, template)
+                rows += _verdict_rows(context, gateway, verifier, spec, mode, pairs, readings, papers, template)
         usage = usage_metadata(gateway)
     if not verifiers:  # nothing to call: every pair keeps its no-call verdict under the role's name
         rows = [_no_call_row(venue, pair, role, mode) for mode, pairs in plans.items() for pair in pairs]
@@ -552,14 +565,16 @@ def _no_call_row(venue: str, pair: _Pair, verifier: str, mode: str, verdict: ver
 
 
 def _verdict_rows(context: dg.AssetExecutionContext, gateway, verifier: str, spec, mode: str,  # noqa: ANN001
-                  pairs: list[_Pair], types: dict[str, str], papers: CitedPapers, template) -> list[dict]:  # noqa: ANN001
+                  pairs: list[_Pair], readings: dict[str, Reading], papers: CitedPapers,
+                  template) -> list[dict]:  # noqa: ANN001
     venue, rows, items, called = context.partition_key, [], [], []
     for pair in pairs:
         if not pair.passages:
             rows.append(_no_call_row(venue, pair, verifier, mode))
             continue
-        variables = verdicts.verdict_variables(pair.citance["text"], types[pair.citance["citance_id"]],
-                                               pair.citance["hedged"], papers.title(pair.key) or None, pair.passages)
+        reading = readings[pair.citance["citance_id"]]
+        variables = verdicts.verdict_variables(pair.citance["text"], reading.claim_type, reading.hedged,
+                                               papers.title(pair.key) or None, pair.passages)
         if mode == MODE_MERGED:
             fit = evidence.fits_window(pair.passages, spec.context_window, spec.decoding.get("max_tokens"),
                                        template.system + template.user.format(**{**variables, "passages": ""}))

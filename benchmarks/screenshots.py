@@ -1,6 +1,7 @@
 """Screenshots of the web app's main pages over a built lake, taken in the real browser (Debian's chromium driven
 by Playwright), for the README: the maintainer's views (a venue's overview, the claim browser, a claim page with its
-evidence outlined on the manuscript page, and the verify page: its form filled in, the finished job and its one-page
+evidence outlined on the manuscript page, the citance browser and one citance's split view (the citing page, the
+claim card, the cited paper's page with the evidence outlined), and the verify page: its form filled in, the finished job and its one-page
 result) and an annotator's (an arbitration item and the agreement page, signed in as an annotator, who works blind).
 Every screenshot in the README comes from here; it takes screenshots only (page render times: bench_web.py).
 
@@ -31,6 +32,7 @@ from playwright.sync_api import sync_playwright  # noqa: E402
 from peerify_dagster import paths  # noqa: E402
 from peerify_dagster.domain.claim_view import claim_call_ids, claim_detail, page_view  # noqa: E402
 from peerify_dagster.domain.predictions import SOURCE_REVIEW  # noqa: E402
+from peerify_dagster.resources.lake import Lake  # noqa: E402
 from peerify_dagster.web.data import LakeData  # noqa: E402
 from peerify_dagster.web.pages import venue_url  # noqa: E402
 from tests.web_support import CHROMIUM_MISSING, live_server, sign_in_page  # noqa: E402
@@ -55,6 +57,12 @@ def showcase_claim(data: LakeData, venue: str) -> str:
                 and (pane["boxes"] or not detail.has_positions):
             return claim_id
     return first or index.claims["claim_id"][0]
+
+
+def showcase_citance(lake: Path, venue: str) -> str:
+    """A citance the verifier judged (its cited paper found), for the split view."""
+    verdicts = Lake(lake).read_table("citation_verdicts", venue).filter(pl.col("status") == "ok")
+    return verdicts.sort("citance_id")["citance_id"][0]
 
 
 def verification_input(data: LakeData, venue: str, claim_id: str) -> tuple[str, bytes, str]:
@@ -125,6 +133,8 @@ def main() -> int:
         "venue_overview.png": venue_url(args.venue),
         "claim_browser.png": venue_url(args.venue, "claims") + "?disagreement=prediction",
         "claim_page.png": venue_url(args.venue, "claims", claim_id),
+        "citances.png": venue_url(args.venue, "citances"),
+        "citation_split_view.png": venue_url(args.venue, "citances", showcase_citance(Path(args.lake), args.venue)),
     }
     annotator_pages = {  # each path is followed to where it leads: the next open item of the arbitration queue
         "arbitration_item.png": venue_url(args.venue, "arbitration", "arbitration"),

@@ -37,8 +37,8 @@ from peerify_dagster.testing.loopback import FaultRule, RecordedRequest
 from peerify_dagster.testing.openai_server import ScriptedOpenAIServer
 from peerify_dagster.testing.scholarly_server import CorpusWork, FakeScholarlyServer
 from tests import fixtures_pdf
-from tests.notes_factory import VENUE, note
-from tests.support import ALL_ASSETS, write_registry
+from tests.citation_support import write_citation_venue
+from tests.support import ALL_ASSETS
 from tests.test_verification_assets import models_file
 
 KEY = "citefaults"
@@ -103,34 +103,13 @@ def entry(paper_id: str, index: int) -> str:
 
 
 def write_venue(folder: Path, base_urls: dict[str, str]) -> Path:
-    """The venue as the crawler lands a snapshot (one submission note per forum, its PDF), its library folder, and a
-    venues.yaml naming both and the citation options; returns the registry file."""
-    snapshot, library = folder / "snapshot", folder / "library"
-    (snapshot / "forums").mkdir(parents=True)
-    (snapshot / "pdfs").mkdir()
-    library.mkdir()
-    submissions = []
-    for number, (forum, pdf) in enumerate(((CITING, CITING_PDF), (CITED, CITED_PDF),
-                                           (UNKNOWN_STYLE, UNKNOWN_STYLE_PDF)), start=1):
-        submission = note(forum, forum, "Submission", "Authors", None, 100 * number, number, title=f"Paper {forum}",
-                          abstract="An abstract.", pdf=f"/pdf/{forum}.pdf", venueid=VENUE)
-        submissions.append(submission)
-        (snapshot / "forums" / f"{forum}.json").write_text(
-            json.dumps({"forum_id": forum, "fetched_at": 0, "notes": [submission]}))
-        (snapshot / "pdfs" / f"{forum}.pdf").write_bytes(pdf)
-        (snapshot / "pdfs" / f"{forum}.json").write_text(json.dumps(
-            {"forum_id": forum, "version": "latest", "edit_id": None, "source_url": f"/pdf/{forum}.pdf",
-             "fetched_at": 0}))
-    (snapshot / "submissions.json").write_text(json.dumps({"fetched_at": 0, "notes": submissions}))
-    (snapshot / "venue.json").write_text(json.dumps({"venue_id": VENUE, "api_version": 2,
-                                                     "submission_invitation": f"{VENUE}/-/Submission"}))
-    for name, data in LIBRARY.items():
-        (library / name).write_bytes(data)
+    """The venue's snapshot, its library folder, and a venues.yaml naming both and the citation options; returns the
+    registry file."""
     citations = {"metadata": ["crossref", "openalex", "semantic_scholar"], "mailto": "tests@example.org",
                  "base_urls": base_urls, "library": "library", "resolve": ["library", "venue"], "retriever": "bm25",
                  "k": 2}
-    return write_registry(folder, KEY, openreview_id=VENUE, source="snapshot", snapshot=str(snapshot), seed=7,
-                          citations=citations)
+    return write_citation_venue(folder, KEY, {CITING: CITING_PDF, CITED: CITED_PDF, UNKNOWN_STYLE: UNKNOWN_STYLE_PDF},
+                                citations, LIBRARY)
 
 
 def citation_models_file(folder: Path, base_url: str) -> Path:

@@ -489,7 +489,8 @@ def citation_summary(tables: CitationTables, venue: str, origin: str) -> Citatio
                                                            else "")
              for row in bibliography if row["parse_status"] == NO_REFERENCES]
     outcomes = [view.outcome for detail in details for entry in detail.entries for view in entry.verdicts]
-    verdicts = {outcome: outcomes.count(outcome) for outcome in sorted(set(outcomes), key=lambda o: (_label_order(o), o))}
+    verdicts = {outcome: outcomes.count(outcome)
+                for outcome in sorted(set(outcomes), key=lambda o: (_label_order(o), o))}
     submission = next(iter(_rows(tables.submissions)), {})
     return CitationSummary(venue=venue, title=submission.get("title") or venue, origin=origin, citances=details,
                            entries=len(entries), resolved=sum(row["entry_id"] in resolved for row in entries),

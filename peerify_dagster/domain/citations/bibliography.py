@@ -773,7 +773,8 @@ def read_bibliography(blocks: Sequence[Block]) -> list[PlacedEntry]:
     blocks_by_order = {block.order: block for block in blocks}
     placed = []
     for index, piece in enumerate(_pieces(blocks), start=1):
-        regions = merge_regions(region for span in piece.spans for region in _span_regions(blocks_by_order[span.block_order], span))
+        regions = merge_regions(region for span in piece.spans
+                                for region in _span_regions(blocks_by_order[span.block_order], span))
         page = regions[0].page if regions else blocks_by_order[piece.spans[0].block_order].page
         placed.append(PlacedEntry(parse_entry(piece.text, index), tuple(piece.spans), page, tuple(regions)))
     return placed

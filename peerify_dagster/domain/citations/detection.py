@@ -424,8 +424,10 @@ _COMPARATIVE = re.compile(
     r"versus|vs\.|exceed(?:s|ed|ing)?|surpass(?:es|ed|ing)?)", re.IGNORECASE)
 _QUANTITATIVE = re.compile(
     # A number with a unit or a percentage (units are case-sensitive: "mM" is no "MM"; "the 1990s" is no duration)
-    r"(?<![\w.])(?!(?:1[6-9]|20)\d\ds\b)\d(?:[\d.,]*\d)?\s*(?:%|[Pp]ercent\b|[Pp]er cent\b|-?fold\b|×|(?:mg|kg|g|µg|μg|ng|ml|mL|µl|μl|l|L|mm|cm|m|km|nm|"
-    r"µm|μm|s|ms|min|h|hr|hrs|hours?|days?|weeks?|months?|years?|K|°C|°F|eV|keV|MeV|GeV|TeV|Hz|kHz|MHz|GHz|W|kW|MW|GW|"
+    r"(?<![\w.])(?!(?:1[6-9]|20)\d\ds\b)\d(?:[\d.,]*\d)?\s*(?:%|[Pp]ercent\b|[Pp]er cent\b|-?fold\b|×|"
+    r"(?:mg|kg|g|µg|μg|ng|ml|mL|µl|μl|l|L|mm|cm|m|km|nm|"
+    r"µm|μm|s|ms|min|h|hr|hrs|hours?|days?|weeks?|months?|years?|K|°C|°F|eV|keV|MeV|GeV|TeV|Hz|kHz|MHz|GHz|"
+    r"W|kW|MW|GW|"
     r"kWh|MWh|V|mV|kV|A|mA|Pa|kPa|MPa|GPa|bar|mol|mmol|mM|µM|μM|nM|dB|bits?|bytes?|[KMGT]B|ppm|ppb|USD|EUR|\$)\b)"
     r"|[$€£]\s?\d|\b[pP]\s*[<=>≤]\s*0?\.\d")
 _HEDGES = re.compile(

@@ -148,7 +148,8 @@ def _detection(citances: pl.DataFrame, manuscripts: set[str],
     precision, recall = _share(matched, detected), _share(matched, relevant)
     f1 = None if precision is None or recall is None else (
         2 * precision * recall / (precision + recall) if precision + recall else 0.0)
-    hybrid = " / ".join(f"{REFVERIFIER[f'detection_{name}_hybrid'].value:.3f}" for name in ("precision", "recall", "f1"))
+    hybrid = " / ".join(f"{REFVERIFIER[f'detection_{name}_hybrid'].value:.3f}"
+                        for name in ("precision", "recall", "f1"))
     where = (f"against the gold citing sentences of the manuscripts that have them ({len(gold)}); RefVerifier: "
              f"{REFVERIFIER['detection_f1'].measured} (its regex + LLM hybrid: {hybrid})")
     return rows + [
