@@ -443,6 +443,8 @@ def citation_evidence(context: dg.AssetExecutionContext, citances: pl.DataFrame,
     dense = RETRIEVER_CONFIGS[options.retriever].base().needs_query_vector
     cache = embedding_model.cache(lake.lake()) if dense else None
     reranker = retrieval.reranker() if RETRIEVER_CONFIGS[options.retriever].rerank else None
+    unavailable = (f"retriever {options.retriever!r} needs a local cross-encoder (PEERIFY_RERANKER_PATH) and none is "
+                   "configured" if RETRIEVER_CONFIGS[options.retriever].rerank and reranker is None else None)
     windows: dict[tuple[str, int], tuple[list, object]] = {}  # (cited key, length) -> windows and their vectors
     rows = []
     for citance in citances.iter_rows(named=True):
@@ -452,6 +454,9 @@ def citation_evidence(context: dg.AssetExecutionContext, citances: pl.DataFrame,
             key = papers.cited_key(entry)
             if key is None:
                 rows.append({**base, "status": verdicts.STATUS_NO_CITED_PAPER, "reason": papers.why_not(entry)})
+                continue
+            if unavailable:
+                rows.append({**base, "cited_key": key, "status": verdicts.STATUS_NO_PASSAGES, "reason": unavailable})
                 continue
             length = evidence.window_length(readings[citance["citance_id"]].claim_type)
             if (key, length) not in windows:
@@ -464,7 +469,7 @@ def citation_evidence(context: dg.AssetExecutionContext, citances: pl.DataFrame,
             query_vector = cache.embedder.embed([query])[0] if cache is not None else None
             ranked = evidence.rank_windows(cut, query, options.retriever, vectors, query_vector, options.k, reranker)
             if not ranked:
-                rows.append({**base, "cited_key": key, "status": evidence.STATUS_NO_PASSAGES,
+                rows.append({**base, "cited_key": key, "status": verdicts.STATUS_NO_PASSAGES,
                              "reason": "the cited paper has no prose to cut into windows"})
             for rank, (window, score) in enumerate(ranked, start=1):
                 rows.append({**base, "cited_key": key, "status": verdicts.STATUS_OK, "rank": rank,
@@ -555,7 +560,7 @@ def citation_verdicts(context: dg.AssetExecutionContext, citances: pl.DataFrame,
 
 def _no_call_row(venue: str, pair: _Pair, verifier: str, mode: str, verdict: verdicts.Verdict | None = None) -> dict:
     verdict = verdict or (verdicts.no_cited_paper(pair.reason or "the cited paper could not be had")
-                          if pair.key is None else verdicts.Verdict(evidence.STATUS_NO_PASSAGES, None, None,
+                          if pair.key is None else verdicts.Verdict(verdicts.STATUS_NO_PASSAGES, None, None,
                                                                     "no passage of the cited paper to show"))
     return {"venue": venue, "paper_id": pair.citance["paper_id"], "citance_id": pair.citance["citance_id"],
             "entry_id": pair.entry, "cited_key": pair.key, "verifier": verifier, "mode": mode,

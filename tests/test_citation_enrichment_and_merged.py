@@ -215,3 +215,18 @@ def test_every_call_is_in_the_ledger_with_its_prompt_and_role(built):
     tokens = dict(built.ledger.select("call_id", "tokens_in").rows())
     assert verdicts["tokens_in"].to_list() == [tokens[call] for call in verdicts["call_id"]]
     assert materialization_metadata(built.result, "citation_verdicts", "calls_made") == [3]
+
+
+def test_a_reranked_retriever_without_a_reranker_is_a_named_row_not_a_failed_build(tmp_path):
+    registry = write_citation_venue(tmp_path, KEY, {CITING: CITING_PDF, CITED: CITED_PDF}, {
+        "resolve": ["venue"], "retriever": "bm25+rerank"})
+    instance = dg.DagsterInstance.ephemeral()
+    add_venue_partitions(instance, KEY, [])
+    resources = build_resources(str(tmp_path / "lake"), venue_registry=VenueRegistryResource(path=str(registry)))
+    result = defs.resolve_job_def("verify_citations").execute_in_process(
+        partition_key=KEY, instance=instance, resources=resources, raise_on_error=False)
+    assert result.success, [event.step_key for event in result.all_events if event.is_step_failure]
+    [row] = Lake(tmp_path / "lake").read_table("citation_evidence", KEY).to_dicts()
+    assert row["status"] == "no_passages" and "PEERIFY_RERANKER_PATH" in row["reason"]
+    [verdict] = Lake(tmp_path / "lake").read_table("citation_verdicts", KEY).to_dicts()
+    assert verdict["status"] == "no_passages" and verdict["call_id"] is None

@@ -484,3 +484,14 @@ def test_the_venue_options_configure_the_client(server):
     assert client.check(graph_entry()).services == ["crossref", "semantic_scholar"]
     crossref_request = next(request for request in server.requests if request.path.startswith("/crossref/"))
     assert crossref_request.status == 200
+
+
+def test_answers_are_cached_per_host(server, tmp_path):
+    cache = tmp_path / "scholarly_cache"
+    client_for(server, services=("crossref",), cache_dir=cache).check(graph_entry())
+    with FakeScholarlyServer(CORPUS) as mirror:  # another host: a mirror, or the public API
+        client_for(mirror, services=("crossref",), cache_dir=cache).check(graph_entry())
+        assert mirror.requests, "answered from the other host's cache"
+    asked = len(server.requests)
+    client_for(server, services=("crossref",), cache_dir=cache).check(graph_entry())
+    assert len(server.requests) == asked  # its own answers still come from the cache

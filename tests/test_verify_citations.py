@@ -229,3 +229,11 @@ def test_the_verified_upload_opens_in_the_split_view_with_the_library_papers_pag
         assert image.status_code == 200 and image.content.startswith(b"\x89PNG")
         listed = client.get(venue_url(venue, "citances"))
         assert f"{tables['citances'].height} citances match." in listed.text
+
+
+def test_a_library_given_to_verify_is_searched_first():
+    from peerify_dagster.domain.citations.options import CitationOptions
+
+    options = CitationOptions.from_mapping({"resolve": ["venue", "library", "arxiv"]}).with_library("/papers")
+    assert (options.library, options.resolve) == ("/papers", ("library", "venue", "arxiv"))
+    assert CitationOptions().with_library("/papers").resolve == ("library", "venue")

@@ -471,7 +471,7 @@ TABLE_COLUMNS: dict[tuple[str, str], str] = {
     ("reference_checks", "matched_arxiv_id"): "That record's arXiv id.",
     ("reference_checks", "title_similarity"): "0-1 similarity of the entry's title and the record's (normalised).",
     ("reference_checks", "author_overlap"): "Share of the entry's surnames found among the record's authors.",
-    ("reference_checks", "year_delta"): "The record's year minus the entry's.",
+    ("reference_checks", "year_delta"): "How many years the record's year and the entry's lie apart.",
     ("reference_checks", "retracted"): "Whether the record marks the work retracted.",
     ("reference_checks", "open_access_urls"): "PDF locations the records name (tried by the cited-paper resolution "
                                               "when the venue lists open_access).",
@@ -483,8 +483,10 @@ TABLE_COLUMNS: dict[tuple[str, str], str] = {
     ("cited_papers", "source"): "Where the full text came from: library, venue, arxiv or open_access.",
     ("cited_papers", "locator"): "The file name, forum id or URL of the full text taken (or last refused).",
     ("cited_papers", "pdf_sha256"): "sha256 of the PDF taken (or last refused); null for a venue manuscript.",
-    ("cited_papers", "right_paper_score"): "Share of the entry's title words found in order on the full text's first "
-                                           "page (taken at 0.8 or more).",
+    ("cited_papers", "right_paper_score"): "A downloaded or library PDF: the share of the entry's title words found in "
+                                           "order on its first page (taken at 0.8 or more; a title of five words or "
+                                           "fewer must be there whole). A venue manuscript: the similarity of the "
+                                           "entry's title to its parsed title (taken at 0.9 or more).",
     ("cited_papers", "reason"): "Why the entry is not resolved: every source tried with its outcome.",
     ("cited_papers", "attempts"): "Each source tried in order: {source, outcome (code), locator, detail}.",
     ("cited_manuscripts", "pdf_sha256"): "sha256 of the stored cited PDF.",

@@ -27,7 +27,7 @@ by this client (each entry's row says so): a hanging host would otherwise cost e
 
 The cache: one JSON file per request (`<cache>/<service>/<sha256 of the request>.json`, written atomically) holding
 the service's answer, a work or a list (a 404 as "not found"), so a rebuild asks nothing again. The request that
-keys it is the path and query without `mailto`; the Semantic Scholar API key (environment variable
+keys it is the service's base URL, the path and the query without `mailto`; the Semantic Scholar API key (environment variable
 SEMANTIC_SCHOLAR_API_KEY, sent as the x-api-key header) is in neither, nor in any log or error. Failures and answers
 of an unexpected shape are not cached.
 """
@@ -154,9 +154,10 @@ class MetadataService:
 
     name: str
 
-    def __init__(self, policy: HttpPolicy, requests_per_second: float, cache: AnswerCache) -> None:
+    def __init__(self, base_url: str, policy: HttpPolicy, requests_per_second: float, cache: AnswerCache) -> None:
         if requests_per_second <= 0:
             raise ValueError(f"{self.name}: requests per second must be positive, got {requests_per_second}")
+        self.base_url = base_url.rstrip("/")
         self.policy = policy
         self.cache = cache
         self.limiter = RateLimiter(requests_per_minute=60.0 * requests_per_second)
@@ -182,11 +183,13 @@ class MetadataService:
 
     def _records(self, request: _Request) -> list[MetadataRecord] | None:
         """The request's records (None: not found), the answer cached once it reads."""
-        cached = self.cache.get(self.name, request.key)
+        # Keyed by the host too: a venue pointed at a mirror never shares answers with one asking the public API.
+        key = f"{self.base_url} {request.key}"
+        cached = self.cache.get(self.name, key)
         status, body = cached if cached is not None else self._send(request)
         records = None if status == NOT_FOUND else RECORD_READERS[self.name](body, request.found_by)
         if cached is None:
-            self.cache.put(self.name, request.key, status, body)
+            self.cache.put(self.name, key, status, body)
         return records
 
     def _send(self, request: _Request) -> tuple[int, Any]:
@@ -224,7 +227,7 @@ class CrossrefService(MetadataService):
 
     def __init__(self, base_url: str, mailto: str | None, policy: HttpPolicy, requests_per_second: float,
                  cache: AnswerCache) -> None:
-        super().__init__(policy, requests_per_second, cache)
+        super().__init__(base_url, policy, requests_per_second, cache)
         # habanero puts mailto in the User-Agent ("(mailto:...)"), which is how Crossref's polite pool is joined
         self.client = habanero.Crossref(base_url=base_url.rstrip("/"), mailto=mailto, ua_string=USER_AGENT,
                                         timeout=policy.timeout_s)
@@ -290,8 +293,7 @@ class _RequestsService(MetadataService):
 
     def __init__(self, base_url: str, policy: HttpPolicy, requests_per_second: float, cache: AnswerCache,
                  headers: Mapping[str, str], params: Mapping[str, str]) -> None:
-        super().__init__(policy, requests_per_second, cache)
-        self.base_url = base_url.rstrip("/")
+        super().__init__(base_url, policy, requests_per_second, cache)
         self.session = requests.Session()
         adapter = retrying_adapter(policy)
         self.session.mount("http://", adapter)

@@ -38,6 +38,7 @@ from peerify_dagster.domain.citations.resolution import OUTCOME_WRONG_PAPER
 from peerify_dagster.domain.citations.verdicts import (
     STATUS_ERROR,
     STATUS_NO_CITED_PAPER,
+    STATUS_NO_PASSAGES,
     STATUS_OK,
     STATUS_PARSE_FAILED,
     STATUS_TOO_LONG,
@@ -87,7 +88,7 @@ REFVERIFIER: dict[str, Published] = {
 
 _TO_PEERIFY = dict(zip(CITATION_LABELS, LABELS))
 _FROM_PEERIFY = dict(zip(LABELS, CITATION_LABELS))
-_NO_VERDICT_STATUSES = (STATUS_TOO_LONG, STATUS_PARSE_FAILED, STATUS_ERROR)
+_NO_VERDICT_STATUSES = (STATUS_TOO_LONG, STATUS_PARSE_FAILED, STATUS_ERROR, STATUS_NO_PASSAGES)
 ONE_LABEL = "one label"  # the metric of a row naming a verifier that answers one label to nearly everything
 # Metrics shown as whole numbers and as means rather than shares (everything else is a share or a 0-1 score).
 _COUNTS = frozenset({"manuscripts without references", "rejected wrong papers"})
@@ -241,16 +242,18 @@ def _localisation(evidence: pl.DataFrame,
                                           "paper; n/a: RefVerifier publishes no such figure"))
         if gold is None:
             continue
-        scored = [pair for pair in pairs if gold.get(pair)]
+        # Every gold pair counts, those without an evidence row too (a marker that resolved to another entry, or to
+        # none): a pair the pipeline never looked at is a miss, not left out.
+        scored = [pair for pair, texts in gold.items() if texts]
         hits = mrr = 0.0
         for pair in scored:
-            shown = sorted((r for r in pairs[pair] if r["status"] == STATUS_OK), key=lambda r: r["rank"])
+            shown = sorted((r for r in pairs.get(pair, ()) if r["status"] == STATUS_OK), key=lambda r: r["rank"])
             ranked = [r["passage_id"] for r in shown]
             relevant = {r["passage_id"] for r in shown if _relevant(r["text"], gold[pair])}
             if relevant:
                 hits += hit_at_k(ranked, relevant, len(ranked))
                 mrr += mrr_at_k(ranked, relevant, len(ranked))
-        missing = len(scored) - sum(any(r["status"] == STATUS_OK for r in pairs[pair]) for pair in scored)
+        missing = len(scored) - sum(any(r["status"] == STATUS_OK for r in pairs.get(pair, ())) for pair in scored)
         counted = (f"over the {len(scored)} pairs with gold evidence ({missing} without passages count as misses); "
                    "a passage is a hit when it holds a gold evidence text or lies inside one")
         if mode == MODE_MERGED:

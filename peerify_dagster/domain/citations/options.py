@@ -71,7 +71,7 @@ class CitationOptions:
 
     def with_library(self, library: str | None) -> CitationOptions:
         """These options with another library folder searched first (`peerify verify --library`)."""
-        resolve = self.resolve if SOURCE_LIBRARY in self.resolve else (SOURCE_LIBRARY, *self.resolve)
+        resolve = (SOURCE_LIBRARY, *(source for source in self.resolve if source != SOURCE_LIBRARY))
         return CitationOptions(**{**vars(self), "library": library, "resolve": resolve})
 
 

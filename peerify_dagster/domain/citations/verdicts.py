@@ -33,7 +33,9 @@ STATUS_NO_CITED_PAPER = "no_cited_paper"
 STATUS_TOO_LONG = "too_long"
 STATUS_PARSE_FAILED = "parse_failed"
 STATUS_ERROR = "error"
-VERDICT_STATUSES = (STATUS_OK, STATUS_NO_CITED_PAPER, STATUS_TOO_LONG, STATUS_PARSE_FAILED, STATUS_ERROR)
+STATUS_NO_PASSAGES = "no_passages"  # the cited paper was had, but it has no prose to show (no call, no verdict)
+VERDICT_STATUSES = (STATUS_OK, STATUS_NO_CITED_PAPER, STATUS_NO_PASSAGES, STATUS_TOO_LONG, STATUS_PARSE_FAILED,
+                    STATUS_ERROR)
 STATUS_OFF = "off"  # citance_enrichment: the venue did not ask for the tagger
 TAG_STATUSES = (STATUS_OK, STATUS_OFF, STATUS_PARSE_FAILED, STATUS_ERROR)
 
