@@ -112,11 +112,6 @@ def write_venue(folder: Path, base_urls: dict[str, str]) -> Path:
                                 citations, LIBRARY)
 
 
-def citation_models_file(folder: Path, base_url: str) -> Path:
-    """The verification tests' loopback profile (its last block), with the loopback model as citation verifier."""
-    path = models_file(folder, base_url)
-    path.write_text(path.read_text() + "    citation_verifiers: [loopback]\n")
-    return path
 
 
 @dataclass
@@ -148,7 +143,7 @@ def built(tmp_path_factory):
     with FakeScholarlyServer(WORKS, FAULTS) as scholarly, \
             ScriptedOpenAIServer(responder=lambda request: json.dumps(VERDICT)) as verifier, \
             pytest.MonkeyPatch.context() as env:
-        env.setenv("PEERIFY_MODELS_FILE", str(citation_models_file(folder, verifier.base_url)))
+        env.setenv("PEERIFY_MODELS_FILE", str(models_file(folder, verifier.base_url)))
         env.setenv("LOOPBACK_API_KEY", "test-key")
         registry = write_venue(folder, scholarly.base_urls)
         lake_root = folder / "lake"

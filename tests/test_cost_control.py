@@ -15,6 +15,7 @@ import pytest
 from dagster._core.instance.ref import InstanceRef
 
 from assets.claims import CLAIM_TYPE_SCHEMA, DROPPED_SCHEMA, PAPER_CLAIM_GAP_SCHEMA, PAPER_CLAIM_SCHEMA, REVIEW_CLAIM_SCHEMA
+from assets.citations import ENRICHMENT_SCHEMA, VERDICT_SCHEMA
 from assets.labels import CLAIM_LABEL_SCHEMA
 from assets.predictions import PREDICTION_SCHEMA
 from peerify_dagster import cli
@@ -34,7 +35,8 @@ from tests.test_claims_assets import scripted_answer
 
 SCHEMAS = {"review_claims": REVIEW_CLAIM_SCHEMA, "claims_dropped": DROPPED_SCHEMA, "claim_types": CLAIM_TYPE_SCHEMA,
            "paper_claims": PAPER_CLAIM_SCHEMA, "paper_claims_dropped": PAPER_CLAIM_GAP_SCHEMA,
-           "claim_labels": CLAIM_LABEL_SCHEMA, "predictions": PREDICTION_SCHEMA}
+           "claim_labels": CLAIM_LABEL_SCHEMA, "predictions": PREDICTION_SCHEMA,
+           "citance_enrichment": ENRICHMENT_SCHEMA, "citation_verdicts": VERDICT_SCHEMA}
 SAMPLE_CONFIGURATIONS = ("hybrid-top3", "full-context-paper-sourced", "oracle")
 
 
@@ -48,7 +50,8 @@ def priced_models(folder: Path, base_url: str, price: float = 1.0, labeller_a: s
         f"    price_out_per_million: {price}\n    max_concurrency: 1\n    structured_output: json_schema\n"
         "  keyed:\n    backend: openai\n    model: gpt-4o-mini\n    api_key_env: OPENAI_API_KEY\n"
         f"profiles:\n  test:\n    extractor: loopback\n    labeller_a: {labeller_a}\n    labeller_b: loopback\n"
-        "    fact_tagger: loopback\n    verifiers: [loopback]\n")
+        "    fact_tagger: loopback\n    verifiers: [loopback]\n    citation_verifiers: [loopback]\n"
+        "    citance_tagger: loopback\n")
     return path
 
 
@@ -61,7 +64,7 @@ def test_the_registry_holds_every_prompt_and_role_and_the_tables_columns_that_re
     prompts = {path.stem for path in (REPO_ROOT / "peerify_dagster" / "prompts").glob("*.md")}
     assert {prompt for stage in LLM_STAGES for prompt in stage.prompts} == prompts
     roles = set(ModelRegistry.load().roles)
-    assert set(prompts_by_role()) == roles  # extractor, fact tagger, both labellers, verifiers
+    assert set(prompts_by_role()) == roles  # extractor, fact tagger, both labellers, verifiers, the citation roles
     assert prompts_by_role(["verify"])["verifiers"] == ["verify"]  # a build without a thread configuration
     for stage in LLM_STAGES:
         for table, columns in stage.call_id_columns.items():

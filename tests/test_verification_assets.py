@@ -57,7 +57,7 @@ def models_file(folder: Path, base_url: str) -> Path:
         f"    base_url: {base_url}\n    api_key_env: LOOPBACK_API_KEY\n    price_in_per_million: 1.0\n"
         "    price_out_per_million: 2.0\n    max_concurrency: 2\n    structured_output: json_schema\n"
         "profiles:\n  test:\n    extractor: loopback\n    labeller_a: loopback\n    labeller_b: loopback\n"
-        "    fact_tagger: loopback\n    verifiers: [loopback]\n"
+        "    fact_tagger: loopback\n    verifiers: [loopback]\n    citation_verifiers: [loopback]\n"
     )
     return path
 
