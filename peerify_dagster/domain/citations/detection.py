@@ -22,7 +22,6 @@ from peerify_dagster.domain.citations.entries import ParsedEntry
 from peerify_dagster.domain.citations.sentences import split_sentences
 
 NUMERIC, AUTHOR_YEAR, NARRATIVE, SUPERSCRIPT = "numeric", "author_year", "narrative", "superscript"
-MARKER_STYLES = (NUMERIC, AUTHOR_YEAR, NARRATIVE, SUPERSCRIPT)
 CLAIM_TYPES = ("causal", "predictive", "comparative", "quantitative", "descriptive")
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 PARSED, PARTIAL, UNPARSED = "parsed", "partial", "unparsed"
-PARSE_STATUSES = (PARSED, PARTIAL, UNPARSED)
 
 
 @dataclass(frozen=True)

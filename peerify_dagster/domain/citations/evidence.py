@@ -27,7 +27,6 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from peerify_dagster.domain.citations.sentences import split_sentences
-from peerify_dagster.domain.citations.verdicts import STATUS_NO_CITED_PAPER, STATUS_NO_PASSAGES, STATUS_OK
 from peerify_dagster.domain.layout.blocks import Block
 from peerify_dagster.domain.layout.regions import Region, regions_of_span
 from peerify_dagster.domain.predictions import estimated_tokens, prompt_window
@@ -35,7 +34,6 @@ from peerify_dagster.domain.prompts import format_passages
 from peerify_dagster.domain.retrieval import PaperIndex, PassageScorer, build_retrievers
 
 # citation_evidence's statuses: passages shown; the cited paper's full text could not be had; it has no prose.
-EVIDENCE_STATUSES = (STATUS_OK, STATUS_NO_CITED_PAPER, STATUS_NO_PASSAGES)
 
 WINDOW_KINDS = frozenset({"abstract", "paragraph"})
 MERGED_KINDS = frozenset({"abstract", "paragraph", "caption", "table"})

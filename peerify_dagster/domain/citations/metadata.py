@@ -33,7 +33,6 @@ from peerify_dagster.domain.citations.titles import SAME_TITLE, normalise_title,
 
 CROSSREF, OPENALEX, SEMANTIC_SCHOLAR = METADATA_SERVICES
 VALIDATED, UNVALIDATABLE, SUSPICIOUS = "validated", "unvalidatable", "suspicious"
-CHECK_STATUSES = (VALIDATED, UNVALIDATABLE, SUSPICIOUS)
 # How a record was found: by the entry's DOI, by its arXiv id, or by a search for its title.
 BY_DOI, BY_ARXIV_ID, BY_TITLE = "doi", "arxiv_id", "title"
 LOOKUPS = (BY_DOI, BY_ARXIV_ID, BY_TITLE)

@@ -27,7 +27,6 @@ from peerify_dagster.domain.citations.titles import SAME_TITLE, normalise_title,
 from peerify_dagster.domain.layout.blocks import Block
 
 RESOLVED, UNRESOLVED, REJECTED = "resolved", "unresolved", "rejected"
-RESOLUTION_STATUSES = (RESOLVED, UNRESOLVED, REJECTED)
 
 # The right-paper check: the share of the cited title's words found in order on the candidate's first page
 # (`titles.title_in_text`). The right paper scores 1.0 (its title is printed there); a line-break hyphen the text

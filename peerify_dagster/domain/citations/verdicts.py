@@ -34,10 +34,7 @@ STATUS_TOO_LONG = "too_long"
 STATUS_PARSE_FAILED = "parse_failed"
 STATUS_ERROR = "error"
 STATUS_NO_PASSAGES = "no_passages"  # the cited paper was had, but it has no prose to show (no call, no verdict)
-VERDICT_STATUSES = (STATUS_OK, STATUS_NO_CITED_PAPER, STATUS_NO_PASSAGES, STATUS_TOO_LONG, STATUS_PARSE_FAILED,
-                    STATUS_ERROR)
 STATUS_OFF = "off"  # citance_enrichment: the venue did not ask for the tagger
-TAG_STATUSES = (STATUS_OK, STATUS_OFF, STATUS_PARSE_FAILED, STATUS_ERROR)
 
 # Peerify's labels map onto the citation verdicts in order; its fourth (Not Determined and its synonyms) reads as
 # Not Enough Information, which is what a model means by it here.
