@@ -22,6 +22,7 @@ from peerify_dagster.domain import label_metrics
 from peerify_dagster.domain.chunking import CHUNK_SCHEMA
 from peerify_dagster.domain.labels import LABELS, NOT_DETERMINED, NOT_SUPPORTED, SUPPORTED
 from peerify_dagster.domain.metrics import METRICS_SCHEMA, TOKEN_COSTS_SCHEMA
+from peerify_dagster.domain.citations.metrics import CITATION_METRICS_SCHEMA
 from peerify_dagster.domain.report import (
     NOT_BUILT,
     NOT_EMBEDDED,
@@ -117,8 +118,17 @@ def venue_tables() -> dict[str, pl.DataFrame]:
                            "errors": 0}], schema=USAGE_SCHEMA)
     chunks = pl.DataFrame([{"venue": VENUE, "paper_id": "A", "chunk_id": f"A:{i}", "word_count": 40 + 30 * i}
                            for i in range(6)], schema=CHUNK_SCHEMA)
+    citations = pl.DataFrame([
+        {"venue": VENUE, "stage": "detection", "metric": "precision", "value": 0.9, "n": 10, "refverifier": 0.98,
+         "note": "against the key's citing sentences"},
+        {"venue": VENUE, "stage": "resolution", "metric": "resolved share", "value": 0.25, "n": 8,
+         "refverifier": 0.576, "note": "entries resolved to a full text"},
+        {"venue": VENUE, "stage": "verdicts", "metric": "one label (model-a, windows)", "value": 1.0, "n": 3,
+         "refverifier": None, "note": "Verifier model-a (windows) answered Supported to 3 of 3 citations (100%)."},
+    ], schema={"venue": pl.String, **CITATION_METRICS_SCHEMA})
     return {"benchmark_slices": slices, "metrics": metrics, "token_costs": costs, "retrieval_metrics": retrieval,
-            "labeller_agreement": agreement, "canonical_labels": canonical, "llm_usage": usage, "chunks": chunks}
+            "labeller_agreement": agreement, "canonical_labels": canonical, "llm_usage": usage, "chunks": chunks,
+            "citation_metrics": citations}
 
 
 def answer_key_predictions() -> pl.DataFrame:
@@ -280,8 +290,14 @@ def test_each_table_holds_the_numbers_of_its_input_in_markdown_and_html(full_rep
     (usage,) = found["LLM usage behind the venue's tables"]
     assert (usage["calls"], usage["tokens_in"], usage["cost_usd"]) == ("3", "2100", "0.013")
 
+    # the citation figures, each beside RefVerifier's; the one-label row a warning, not a figure
+    assert [(row["stage"], row["metric"], row["value"], row["refverifier"])
+            for row in found["Each citing sentence against the paper it cites, beside RefVerifier"]] == [
+        ("detection", "precision", "0.900", "0.980"), ("resolution", "resolved share", "25.0%", "57.6%")]
+    assert "Verifier model-a (windows) answered Supported to 3 of 3 citations (100%)." in warnings
+
     for table in ("benchmark_slices", "metrics", "token_costs", "retrieval_metrics", "labeller_agreement",
-                  "canonical_labels", "llm_usage"):
+                  "canonical_labels", "llm_usage", "citation_metrics"):
         assert f"_source: {table} [{VENUE}]_" in markdown, table
     assert NOT_BUILT not in markdown
 
