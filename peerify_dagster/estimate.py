@@ -150,9 +150,10 @@ def estimate_build(lake: Lake, venue: Venue, snapshot: Path, configurations: Seq
                     "paper_claims": (papers * PARAGRAPHS_PER_PAPER, 2 * papers * PARAGRAPHS_PER_PAPER),
                     "claim_labels": (claims[0], 2 * claims[1]),  # per labeller: manuscript; + thread when answered
                     **_citation_calls(lake, venue, papers)}
+    tagging = CitationOptions.from_mapping(venue.citations).enrichment
     for stage in LLM_STAGES:
-        if stage.per_configuration or stage.name not in runs:
-            continue
+        if stage.per_configuration or stage.name not in runs or (stage.name == CITANCE_TAGGING and not tagging):
+            continue  # the citance tagger runs only where the venue turns enrichment on
         for role in stage.roles:
             for model in gateway.models_for_role(role):
                 if all(lake.table_path(table, venue.key).exists() for table in stage.call_id_columns):
@@ -188,13 +189,14 @@ def estimate_build(lake: Lake, venue: Venue, snapshot: Path, configurations: Seq
 
 
 def _citation_calls(lake: Lake, venue: Venue, papers: int) -> dict[str, tuple[int, int]]:
-    """The citation stages' calls (per model of their role): the tagger's one per citance when the venue turns it
-    on; the verifiers' one per citance x cited entry x evidence mode, from none (no cited paper found) to all."""
+    """The citation stages' calls (per model of their role): the tagger's one per citance (estimated only where the
+    venue turns it on); the verifiers' one per citance x cited entry x evidence mode, from none (no cited paper
+    found) to all."""
     options = CitationOptions.from_mapping(venue.citations)
     citances = _built_rows(lake, venue.key, "citances") or (papers * CITANCES_PER_PAPER[0],
                                                             papers * CITANCES_PER_PAPER[1])
     pairs = round(citances[1] * ENTRIES_PER_CITANCE * len(options.modes))
-    return {CITANCE_TAGGING: citances if options.enrichment else (0, 0), CITATION_VERDICTS: (0, pairs)}
+    return {CITANCE_TAGGING: citances, CITATION_VERDICTS: (0, pairs)}
 
 
 def _unknown_size(venue: Venue) -> str:

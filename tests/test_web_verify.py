@@ -14,6 +14,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from peerify_dagster.domain import uploads
 from peerify_dagster.resources.lake import Lake
 from peerify_dagster.verification_jobs import DONE, QUEUED, RUNNING, JobStore, phase_steps
 from peerify_dagster.domain.uploads import VerificationRequest
@@ -61,7 +62,7 @@ def test_a_non_pdf_an_empty_review_and_an_oversized_pdf_are_refused_saying_why(w
     monkeypatch.setenv("PEERIFY_MAX_PDF_MB", "0.005")  # read when a form arrives: 5 KB
     submit(page, web_server, pdf_file("big.pdf", SAMPLE_PDF), review_text)
     assert page.locator('[data-testid="verify-error"]').inner_text() == \
-        "big.pdf: 9 KB is over the upload limit of 5 KB"
+        f"big.pdf: {uploads.size_text(len(SAMPLE_PDF))} is over the upload limit of 5 KB"
     monkeypatch.setenv("PEERIFY_MAX_PDF_MB", "0.001")  # a body far over the limit is refused before it is parsed
     submit(page, web_server, pdf_file("big.pdf", SAMPLE_PDF * 600), review_text)
     assert "The request is larger than this page accepts" in page.locator("main").inner_text()
