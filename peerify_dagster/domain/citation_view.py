@@ -18,6 +18,7 @@ from typing import Any
 import polars as pl
 
 from peerify_dagster.domain.citations.vocabulary import CITATION_LABELS
+from peerify_dagster.domain.frames import one_where, rows_where
 from peerify_dagster.domain.regions import boxes_on_page, page_sizes_of, pages_of
 
 PER_PAGE = 50
@@ -48,19 +49,6 @@ class CitationTables:
 
 
 CITATION_TABLES = tuple(table.name for table in fields(CitationTables))  # each field is named as its lake table
-
-
-def _rows(frame: pl.DataFrame | None, **equal: Any) -> list[dict]:
-    if frame is None:
-        return []
-    for column, value in equal.items():
-        frame = frame.filter(pl.col(column) == value)
-    return frame.to_dicts()
-
-
-def _one(frame: pl.DataFrame | None, **equal: Any) -> dict | None:
-    rows = _rows(frame, **equal)
-    return rows[0] if rows else None
 
 
 def _ordered(frame: pl.DataFrame) -> pl.DataFrame:
@@ -134,7 +122,7 @@ def citance_index(tables: CitationTables) -> CitanceIndex:
         cited = pairs.with_columns(pl.lit(None, pl.String).alias("status"))
     verdicts = tables.citation_verdicts.select(*_VERDICT_SCHEMA).cast(_VERDICT_SCHEMA) \
         if tables.citation_verdicts is not None else pl.DataFrame(schema=_VERDICT_SCHEMA)
-    titles = {row["paper_id"]: row["title"] for row in _rows(tables.submissions) if row.get("title")}
+    titles = {row["paper_id"]: row["title"] for row in rows_where(tables.submissions) if row.get("title")}
     return CitanceIndex(citances, cited.cast(_CITED_SCHEMA), verdicts, titles)
 
 
@@ -349,10 +337,10 @@ def _passage(row: Mapping) -> EvidencePassage:
 
 def citing_document(tables: CitationTables, paper_id: str) -> Document:
     """The citing manuscript's PDF (manuscript_pdfs) with its page sizes (parsed_manuscripts)."""
-    pdf = _one(tables.manuscript_pdfs, paper_id=paper_id)
+    pdf = one_where(tables.manuscript_pdfs, paper_id=paper_id)
     usable = pdf is not None and pdf.get("status") == "ok"
     return Document(pdf["sha256"] if usable else None, pdf.get("pages") if usable else None,
-                    page_sizes_of(_one(tables.parsed_manuscripts, paper_id=paper_id)))
+                    page_sizes_of(one_where(tables.parsed_manuscripts, paper_id=paper_id)))
 
 
 def cited_document(tables: CitationTables, cited: Mapping | None) -> Document | None:
@@ -361,7 +349,7 @@ def cited_document(tables: CitationTables, cited: Mapping | None) -> Document | 
     key = (cited or {}).get("cited_key")
     if not key or (cited or {}).get("status") != RESOLVED:
         return None
-    stored = _one(tables.cited_manuscripts, cited_key=key)
+    stored = one_where(tables.cited_manuscripts, cited_key=key)
     if stored is not None and stored.get("pdf_sha256"):
         return Document(stored["pdf_sha256"], stored.get("pages"), page_sizes_of(stored))
     if key.startswith(FORUM_KEY_PREFIX):
@@ -372,17 +360,17 @@ def cited_document(tables: CitationTables, cited: Mapping | None) -> Document | 
 
 def citance_detail(tables: CitationTables, citance_id: str) -> CitanceDetail | None:
     """The citance page of `citance_id`, or None when the venue has no such citance."""
-    citance = _one(tables.citances, citance_id=citance_id)
+    citance = one_where(tables.citances, citance_id=citance_id)
     if citance is None:
         return None
     paper_id = citance["paper_id"]
     markers = [MarkerView(m["text"], m.get("style"), list(m.get("entry_ids") or []),
                           list(m.get("unresolved_keys") or [])) for m in citance.get("markers") or []]
-    evidence = _rows(tables.citation_evidence, citance_id=citance_id)
-    verdicts = _rows(tables.citation_verdicts, citance_id=citance_id)
+    evidence = rows_where(tables.citation_evidence, citance_id=citance_id)
+    verdicts = rows_where(tables.citation_verdicts, citance_id=citance_id)
     entries = []
     for entry_id in citance.get("entry_ids") or []:
-        cited = _one(tables.cited_papers, entry_id=entry_id)
+        cited = one_where(tables.cited_papers, entry_id=entry_id)
         ranked = sorted((row for row in evidence if row["entry_id"] == entry_id),
                         key=lambda row: (row.get("mode") or "", row.get("rank") or 0))
         passages = [_passage(row) for row in ranked if row.get("status") == "ok" and row.get("passage_id")]
@@ -394,8 +382,8 @@ def citance_detail(tables: CitationTables, citance_id: str) -> CitanceDetail | N
                  for row in sorted((r for r in verdicts if r["entry_id"] == entry_id),
                                    key=lambda r: (r.get("verifier") or "", r.get("mode") or ""))]
         entries.append(EntryView(
-            entry_id=entry_id, entry=_one(tables.bibliography, entry_id=entry_id),
-            check=_one(tables.reference_checks, entry_id=entry_id), cited=cited,
+            entry_id=entry_id, entry=one_where(tables.bibliography, entry_id=entry_id),
+            check=one_where(tables.reference_checks, entry_id=entry_id), cited=cited,
             document=cited_document(tables, cited), passages=passages,
             evidence_status=next((row["status"] for row in ranked if row.get("status") != "ok"), None),
             verdicts=views))
@@ -405,13 +393,13 @@ def citance_detail(tables: CitationTables, citance_id: str) -> CitanceDetail | N
     elif not entries:
         notes.append("None of the citance's markers resolves to an entry of the bibliography: "
                      + ", ".join(key for marker in markers for key in marker.unresolved_keys or [marker.text]))
-    submission = _one(tables.submissions, paper_id=paper_id)
+    submission = one_where(tables.submissions, paper_id=paper_id)
     citing = citing_document(tables, paper_id)
     if not citing.shown:
         notes.append(f"The PDF of paper {paper_id} is not in this lake, so the citance cannot be shown on its page.")
     return CitanceDetail(citance=citance, paper_title=(submission or {}).get("title"),
                          parts=sentence_parts(citance["text"], citance.get("char_start"), citance.get("markers") or []),
-                         markers=markers, enrichment=_one(tables.citance_enrichment, citance_id=citance_id),
+                         markers=markers, enrichment=one_where(tables.citance_enrichment, citance_id=citance_id),
                          entries=entries, citing=citing, notes=notes)
 
 
@@ -482,16 +470,16 @@ def citation_summary(tables: CitationTables, venue: str, origin: str) -> Citatio
     manuscript without a references section says so)."""
     details = [detail for citance_id in _ordered(tables.citances)["citance_id"]
                if (detail := citance_detail(tables, citance_id)) is not None]
-    bibliography = _rows(tables.bibliography)
+    bibliography = rows_where(tables.bibliography)
     entries = [row for row in bibliography if row["parse_status"] != NO_REFERENCES]
-    resolved = {row["entry_id"] for row in _rows(tables.cited_papers, status=RESOLVED)}
+    resolved = {row["entry_id"] for row in rows_where(tables.cited_papers, status=RESOLVED)}
     notes = [f"{row['paper_id']}: {NO_REFERENCES_NOTE}" + (f" ({row['parse_reason']})" if row.get("parse_reason")
                                                            else "")
              for row in bibliography if row["parse_status"] == NO_REFERENCES]
     outcomes = [view.outcome for detail in details for entry in detail.entries for view in entry.verdicts]
     verdicts = {outcome: outcomes.count(outcome)
                 for outcome in sorted(set(outcomes), key=lambda o: (_label_order(o), o))}
-    submission = next(iter(_rows(tables.submissions)), {})
+    submission = next(iter(rows_where(tables.submissions)), {})
     return CitationSummary(venue=venue, title=submission.get("title") or venue, origin=origin, citances=details,
                            entries=len(entries), resolved=sum(row["entry_id"] in resolved for row in entries),
                            verdicts=verdicts, notes=notes)

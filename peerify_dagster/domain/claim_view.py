@@ -20,6 +20,7 @@ import polars as pl
 
 from peerify_dagster.domain.arbitration import AGREED, UNLABELLED
 from peerify_dagster.domain.claims import SOURCE_FOLLOWUP, _content_words, _sentence_spans
+from peerify_dagster.domain.frames import one_where, rows_where
 from peerify_dagster.domain.labelling import SOURCE_MANUSCRIPT, SOURCE_THREAD
 from peerify_dagster.domain.llm_calls import answer_justification
 from peerify_dagster.domain.metrics import ANSWER_KEY, one_label_warning
@@ -352,36 +353,23 @@ class ClaimTables:
     parsed_manuscripts: pl.DataFrame | None = None
 
 
-def _rows(frame: pl.DataFrame | None, **equal: Any) -> list[dict]:
-    if frame is None:
-        return []
-    for column, value in equal.items():
-        frame = frame.filter(pl.col(column) == value)
-    return frame.to_dicts()
-
-
-def _one(frame: pl.DataFrame | None, **equal: Any) -> dict | None:
-    rows = _rows(frame, **equal)
-    return rows[0] if rows else None
-
-
 def claim_call_ids(tables: ClaimTables, claim_id: str) -> list[str]:
     """The ledger calls whose answers the claim page quotes (the labellers' and the verifiers'): fetch their parsed
     answers and pass them to `claim_detail`."""
-    ids = [row["call_id"] for row in _rows(tables.predictions, claim_id=claim_id)]
-    ids += [row["call_id"] for row in _rows(tables.claim_labels, claim_id=claim_id)]
+    ids = [row["call_id"] for row in rows_where(tables.predictions, claim_id=claim_id)]
+    ids += [row["call_id"] for row in rows_where(tables.claim_labels, claim_id=claim_id)]
     return sorted({call_id for call_id in ids if call_id})
 
 
 def claim_detail(tables: ClaimTables, claim_id: str, answers: Mapping[str, str | None]) -> ClaimDetail | None:
     """The claim page of `claim_id`, or None when the venue has no such claim. `answers`: the ledger's parsed
     answer (JSON text) of each call in `claim_call_ids`, for the justifications predictions do not store."""
-    query = _one(tables.queries, claim_id=claim_id)
+    query = one_where(tables.queries, claim_id=claim_id)
     if query is None:
         return None
     claim = {**query, "kind": query["source"], "kind_name": CLAIM_KINDS.get(query["source"], query["source"]),
              "claim_type": query["kind"]}
-    extracted = _one(tables.review_claims, claim_id=claim_id)
+    extracted = one_where(tables.review_claims, claim_id=claim_id)
     notes: list[str] = []
     source_text, source_title = None, None
     if extracted is not None:
@@ -394,13 +382,13 @@ def claim_detail(tables: ClaimTables, claim_id: str, answers: Mapping[str, str |
         else:
             source_text = mark_claim(text, extracted["claim_text"], extracted["span_start"], extracted["span_end"],
                                      extracted["span_kind"])
-    chunk_rows = {row["chunk_id"]: row for row in _rows(tables.chunks, paper_id=query["paper_id"])}
+    chunk_rows = {row["chunk_id"]: row for row in rows_where(tables.chunks, paper_id=query["paper_id"])}
     has_positions = tables.chunks is not None and "regions" in tables.chunks.columns
     configurations = [_configuration_view(row, tables, chunk_rows, answers)
-                      for row in sorted(_rows(tables.predictions, claim_id=claim_id), key=lambda r: r["configuration"])]
+                      for row in sorted(rows_where(tables.predictions, claim_id=claim_id), key=lambda r: r["configuration"])]
     rankings = _rankings(tables, claim_id, chunk_rows)
-    pdf = _one(tables.manuscript_pdfs, paper_id=query["paper_id"])
-    parsed = _one(tables.parsed_manuscripts, paper_id=query["paper_id"])
+    pdf = one_where(tables.manuscript_pdfs, paper_id=query["paper_id"])
+    parsed = one_where(tables.parsed_manuscripts, paper_id=query["paper_id"])
     sizes = page_sizes_of(parsed)
     if has_positions and chunk_rows and not sizes:
         notes.append("This lake's parsed manuscripts record no page sizes (`parsed_manuscripts.page_sizes`): passages "
@@ -409,8 +397,8 @@ def claim_detail(tables: ClaimTables, claim_id: str, answers: Mapping[str, str |
         notes.append(NO_POSITIONS)
     detail = ClaimDetail(
         claim=claim, source_text=source_text, source_title=source_title,
-        paper=_one(tables.paper_claims, claim_id=claim_id), sources=_source_views(tables, claim_id, answers),
-        memberships=sorted(_rows(tables.slices, claim_id=claim_id), key=lambda r: slice_order(r["slice"])),
+        paper=one_where(tables.paper_claims, claim_id=claim_id), sources=_source_views(tables, claim_id, answers),
+        memberships=sorted(rows_where(tables.slices, claim_id=claim_id), key=lambda r: slice_order(r["slice"])),
         configurations=configurations, rankings=rankings, chunks=chunk_rows,
         pdf_sha256=pdf["sha256"] if pdf and pdf.get("status") == "ok" else None,
         pdf_pages=pdf["pages"] if pdf and pdf.get("status") == "ok" else None,
@@ -424,9 +412,9 @@ def claim_detail(tables: ClaimTables, claim_id: str, answers: Mapping[str, str |
 def _source_text(tables: ClaimTables, extracted: Mapping) -> tuple[str | None, str | None]:
     """The full text the claim's offsets refer to: the review's assembled text, or the reviewer follow-up's."""
     if extracted["source"] == SOURCE_FOLLOWUP:
-        followup = _one(tables.followups, comment_id=extracted["source_id"])
+        followup = one_where(tables.followups, comment_id=extracted["source_id"])
         return (followup["text"], f"Reviewer follow-up {extracted['source_id']}") if followup else (None, None)
-    review = _one(tables.reviews, review_id=extracted["review_id"])
+    review = one_where(tables.reviews, review_id=extracted["review_id"])
     return (review["review_text"], f"Review {extracted['review_id']}") if review else (None, None)
 
 
@@ -442,7 +430,7 @@ def _configuration_view(row: Mapping, tables: ClaimTables, chunks: Mapping[str, 
     scores = {}
     if row.get("retriever"):
         scores = {run["chunk_id"]: (run["rank"], run["score"])
-                  for run in _rows(tables.retrieval_runs, claim_id=row["claim_id"], retriever=row["retriever"])}
+                  for run in rows_where(tables.retrieval_runs, claim_id=row["claim_id"], retriever=row["retriever"])}
     passages = [_passage(chunk_id, chunks, *scores.get(chunk_id, (None, None)))
                 for chunk_id in row.get("evidence_chunk_ids") or []]
     return ConfigurationView(
@@ -455,7 +443,7 @@ def _configuration_view(row: Mapping, tables: ClaimTables, chunks: Mapping[str, 
 
 def _rankings(tables: ClaimTables, claim_id: str, chunks: Mapping[str, dict]) -> dict[str, list[Passage]]:
     rankings: dict[str, list[Passage]] = {}
-    runs = sorted((run for run in _rows(tables.retrieval_runs, claim_id=claim_id) if run["chunk_id"]),
+    runs = sorted((run for run in rows_where(tables.retrieval_runs, claim_id=claim_id) if run["chunk_id"]),
                   key=lambda run: (run["retriever"], run["rank"]))
     for run in runs:
         rankings.setdefault(run["retriever"], []).append(_passage(run["chunk_id"], chunks, run["rank"], run["score"]))
@@ -463,8 +451,8 @@ def _rankings(tables: ClaimTables, claim_id: str, chunks: Mapping[str, dict]) ->
 
 
 def _source_views(tables: ClaimTables, claim_id: str, answers: Mapping[str, str | None]) -> list[SourceView]:
-    labels = _rows(tables.claim_labels, claim_id=claim_id)
-    canonical = {row["source"]: row for row in _rows(tables.canonical, claim_id=claim_id)}
+    labels = rows_where(tables.claim_labels, claim_id=claim_id)
+    canonical = {row["source"]: row for row in rows_where(tables.canonical, claim_id=claim_id)}
     views = []
     for source in sorted({row["source"] for row in labels} | set(canonical),
                          key=lambda s: (s not in SOURCE_NAMES, s)):
