@@ -9,6 +9,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import dagster as dg
+
+from peerify_dagster.definitions import build_resources, defs
+from peerify_dagster.partitions import add_venue_partitions
+from peerify_dagster.resources.dagster_resources import VenueRegistryResource
 from tests.notes_factory import VENUE, note
 from tests.support import write_registry
 
@@ -42,3 +47,13 @@ def write_citation_venue(folder: Path, key: str, papers: Mapping[str, bytes], ci
             (folder / "library" / name).write_bytes(data)
     return write_registry(folder, key, openreview_id=VENUE, source="snapshot", snapshot=str(snapshot), seed=7,
                           citations=dict(citations))
+
+
+def run_citation_job(key: str, registry: Path, lake_root: Path) -> tuple[dg.ExecuteInProcessResult, dg.DagsterInstance]:
+    """The `verify_citations` job of venue `key` (registered in `registry`) into `lake_root`, on a fresh instance."""
+    instance = dg.DagsterInstance.ephemeral()
+    add_venue_partitions(instance, key, [])
+    resources = build_resources(str(lake_root), venue_registry=VenueRegistryResource(path=str(registry)))
+    result = defs.resolve_job_def("verify_citations").execute_in_process(
+        partition_key=key, instance=instance, resources=resources, raise_on_error=False)
+    return result, instance

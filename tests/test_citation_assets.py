@@ -26,9 +26,9 @@ import polars as pl
 import pytest
 
 from assets.citations import entries_of
-from peerify_dagster.definitions import build_resources, defs
+from peerify_dagster.definitions import build_resources
 from peerify_dagster.domain.citations.metrics import STAGES
-from peerify_dagster.partitions import add_venue_partitions
+from peerify_dagster.domain.frames import rows_where
 from peerify_dagster.resources.dagster_resources import VenueRegistryResource
 from peerify_dagster.resources.lake import Lake
 from peerify_dagster.resources.openreview import HttpPolicy
@@ -37,7 +37,7 @@ from peerify_dagster.testing.loopback import FaultRule, RecordedRequest
 from peerify_dagster.testing.openai_server import ScriptedOpenAIServer
 from peerify_dagster.testing.scholarly_server import CorpusWork, FakeScholarlyServer
 from tests import fixtures_pdf
-from tests.citation_support import write_citation_venue
+from tests.citation_support import run_citation_job, write_citation_venue
 from tests.support import ALL_ASSETS
 from tests.test_verification_assets import models_file
 
@@ -126,10 +126,7 @@ class Built:
     instance: dg.DagsterInstance
 
     def rows(self, table: str, **where: Any) -> list[dict]:
-        frame = self.tables[table]
-        for column, value in where.items():
-            frame = frame.filter(pl.col(column) == value)
-        return frame.to_dicts()
+        return rows_where(self.tables[table], **where)
 
     def one(self, table: str, **where: Any) -> dict:
         [row] = self.rows(table, **where)
@@ -147,11 +144,7 @@ def built(tmp_path_factory):
         env.setenv("LOOPBACK_API_KEY", "test-key")
         registry = write_venue(folder, scholarly.base_urls)
         lake_root = folder / "lake"
-        instance = dg.DagsterInstance.ephemeral()
-        add_venue_partitions(instance, KEY, [])
-        resources = build_resources(str(lake_root), venue_registry=VenueRegistryResource(path=str(registry)))
-        result = defs.resolve_job_def("verify_citations").execute_in_process(
-            partition_key=KEY, instance=instance, resources=resources, raise_on_error=False)
+        result, instance = run_citation_job(KEY, registry, lake_root)
         lake = Lake(lake_root)
         tables = {name: lake.read_table(name, KEY) for name in TABLES}
         yield Built(result, tables, scholarly, verifier.request_count, scholarly.requests, registry, lake_root,

@@ -21,16 +21,14 @@ import polars as pl
 import pytest
 import yaml
 
-from peerify_dagster.definitions import build_resources, defs
 from peerify_dagster.domain.citations.evidence import MERGED_KINDS
 from peerify_dagster.domain.citations.sentences import split_sentences
+from peerify_dagster.domain.frames import rows_where
 from peerify_dagster.domain.predictions import estimated_tokens
-from peerify_dagster.partitions import add_venue_partitions
-from peerify_dagster.resources.dagster_resources import VenueRegistryResource
 from peerify_dagster.resources.lake import Lake
 from peerify_dagster.testing.openai_server import ScriptedOpenAIServer
 from tests import fixtures_pdf
-from tests.citation_support import write_citation_venue
+from tests.citation_support import run_citation_job, write_citation_venue
 from tests.support import materialization_metadata
 from tests.test_verification_assets import models_file
 
@@ -91,10 +89,7 @@ class Built:
     requests: list[dict]  # what the loopback model was asked, in order
 
     def rows(self, table: str, **where: Any) -> list[dict]:
-        frame = self.tables[table]
-        for column, value in where.items():
-            frame = frame.filter(pl.col(column) == value)
-        return frame.to_dicts()
+        return rows_where(self.tables[table], **where)
 
     def one(self, table: str, **where: Any) -> dict:
         [row] = self.rows(table, **where)
@@ -109,11 +104,7 @@ def built(tmp_path_factory):
         env.setenv("LOOPBACK_API_KEY", "test-key")
         registry = write_citation_venue(folder, KEY, {CITING: CITING_PDF, CITED: CITED_PDF}, {
             "resolve": ["venue"], "retriever": "bm25", "k": 2, "enrichment": True, "modes": ["windows", "merged"]})
-        instance = dg.DagsterInstance.ephemeral()
-        add_venue_partitions(instance, KEY, [])
-        resources = build_resources(str(folder / "lake"), venue_registry=VenueRegistryResource(path=str(registry)))
-        result = defs.resolve_job_def("verify_citations").execute_in_process(
-            partition_key=KEY, instance=instance, resources=resources, raise_on_error=False)
+        result, _ = run_citation_job(KEY, registry, folder / "lake")
         lake = Lake(folder / "lake")
         yield Built(result, {name: lake.read_table(name, KEY) for name in TABLES},
                     pl.read_parquet(folder / "lake" / "llm_calls" / "*.parquet"), list(model.requests))
@@ -220,11 +211,7 @@ def test_every_call_is_in_the_ledger_with_its_prompt_and_role(built):
 def test_a_reranked_retriever_without_a_reranker_is_a_named_row_not_a_failed_build(tmp_path):
     registry = write_citation_venue(tmp_path, KEY, {CITING: CITING_PDF, CITED: CITED_PDF}, {
         "resolve": ["venue"], "retriever": "bm25+rerank"})
-    instance = dg.DagsterInstance.ephemeral()
-    add_venue_partitions(instance, KEY, [])
-    resources = build_resources(str(tmp_path / "lake"), venue_registry=VenueRegistryResource(path=str(registry)))
-    result = defs.resolve_job_def("verify_citations").execute_in_process(
-        partition_key=KEY, instance=instance, resources=resources, raise_on_error=False)
+    result, _ = run_citation_job(KEY, registry, tmp_path / "lake")
     assert result.success, [event.step_key for event in result.all_events if event.is_step_failure]
     [row] = Lake(tmp_path / "lake").read_table("citation_evidence", KEY).to_dicts()
     assert row["status"] == "no_passages" and "PEERIFY_RERANKER_PATH" in row["reason"]
