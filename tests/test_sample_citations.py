@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 import yaml
-from pypdf import PdfReader
 
 from peerify_dagster.domain.citations.vocabulary import (
     CITATION_LABELS,
@@ -24,16 +23,12 @@ from peerify_dagster.domain.citations.vocabulary import (
 from peerify_dagster.resources.document_parser import DocumentParser
 from peerify_dagster.sample_venue import CITATION_KEY_PATH, MANUSCRIPTS_DIR, SNAPSHOT_DIR
 from peerify_dagster.sample_venue.markup import Manuscript, ReferenceList, load_manuscript
-from peerify_dagster.sample_venue.render import RUNNING_HEADER
+from tests.test_sample_venue import normalise, pdf_text
 
 SIBLING_VENUE = "In PeerifySample Workshop, 2026."
 NUMERIC_LABEL = re.compile(r"^\[(\d+)\] ")
 # What is left of a body paragraph once the key's citing sentences are taken out must not look cited.
 LEFTOVER_MARKER = re.compile(r"\[\d+(?:\s*[-,]\s*\d+)*\]|\(\s*[A-Z][a-z]+[^()]*\d{4}[a-z]?\s*\)")
-
-
-def _normalise(text: str) -> str:
-    return re.sub(r"\s+", " ", text).strip()
 
 
 @cache
@@ -55,17 +50,6 @@ def _entries(forum_id: str) -> tuple[str, ...]:
 def _body_paragraphs(forum_id: str) -> list[str]:
     return [paragraph for section, paragraphs in _manuscript(forum_id).paragraphs_by_section().items()
             if section != "Abstract" for paragraph in paragraphs]
-
-
-@cache
-def _pdf_text(forum_id: str) -> str:
-    """Whitespace-normalised text of the PDF without the running header and page numbers."""
-    pages = []
-    for page in PdfReader(SNAPSHOT_DIR / "pdfs" / f"{forum_id}.pdf").pages:
-        lines = page.extract_text().splitlines()
-        assert lines[0].strip() == RUNNING_HEADER and lines[-1].strip().isdigit(), forum_id
-        pages.append(" ".join(lines[1:-1]))
-    return _normalise(" ".join(pages))
 
 
 def _citances() -> list[tuple[str, dict[str, Any]]]:
@@ -187,13 +171,13 @@ def test_evidence_sentences_are_in_the_cited_papers_source_and_pdf() -> None:
             paragraphs = _manuscript(cited["forum"]).paragraphs_by_section().get(evidence["section"])
             assert paragraphs and any(evidence["text"] in paragraph for paragraph in paragraphs), evidence
             if _key()[cited["forum"]]["pdf"]:
-                assert _normalise(evidence["text"]) in _pdf_text(cited["forum"]), evidence
+                assert normalise(evidence["text"]) in pdf_text(cited["forum"]), evidence
 
 
 def test_citing_sentences_are_in_the_pdf_text() -> None:
     for forum_id, citance in _citances():
         if _key()[forum_id]["pdf"]:
-            assert _normalise(citance["text"]) in _pdf_text(forum_id), citance["text"]
+            assert normalise(citance["text"]) in pdf_text(forum_id), citance["text"]
 
 
 def test_the_parser_keeps_each_citing_sentence_in_one_body_block_and_each_entry_in_its_own(
@@ -202,11 +186,11 @@ def test_the_parser_keeps_each_citing_sentence_in_one_body_block_and_each_entry_
     for forum_id, blocks in parsed_blocks.items():
         paper = _key()[forum_id]
         for citance in paper["citances"]:
-            holders = [block for block in blocks if _normalise(citance["text"]) in _normalise(block.text)]
+            holders = [block for block in blocks if normalise(citance["text"]) in normalise(block.text)]
             assert [block.kind for block in holders] == ["paragraph"], (forum_id, citance["text"])
             assert holders[0].section_path[-1] == citance["section"], (forum_id, citance["text"])
-        references = [_normalise(block.text) for block in blocks if block.kind == "reference"]
-        assert references == [_normalise(entry) for entry in _entries(forum_id)], forum_id
+        references = [normalise(block.text) for block in blocks if block.kind == "reference"]
+        assert references == [normalise(entry) for entry in _entries(forum_id)], forum_id
 
 
 def test_author_year_entries_hang(parsed_blocks: dict[str, list[Any]]) -> None:

@@ -68,19 +68,19 @@ def _notes_of_kind(forum_id: str, kind: str) -> list[dict[str, Any]]:
     return [note for note in _forum(forum_id)["notes"][1:] if _invitation_kind(note) == kind]
 
 
-def _normalise(text: str) -> str:
+def normalise(text: str) -> str:
     return re.sub(r"\s+", " ", text).strip()
 
 
 @cache
-def _pdf_text(forum_id: str) -> str:
+def pdf_text(forum_id: str) -> str:
     """Whitespace-normalised text of the PDF without the running header and page numbers."""
     pages = []
     for page in PdfReader(SNAPSHOT_DIR / "pdfs" / f"{forum_id}.pdf").pages:
         lines = page.extract_text().splitlines()
         assert lines[0].strip() == RUNNING_HEADER and lines[-1].strip().isdigit(), forum_id
         pages.append(" ".join(lines[1:-1]))
-    return _normalise(" ".join(pages))
+    return normalise(" ".join(pages))
 
 
 def _claims() -> list[dict[str, Any]]:
@@ -212,10 +212,10 @@ def test_missing_pdf_paper_announces_a_pdf_that_the_snapshot_lacks() -> None:
 def test_pdf_has_three_to_six_pages_and_every_heading_of_its_source(forum_id: str) -> None:
     manuscript = load_manuscript(MANUSCRIPTS_DIR / f"{forum_id}.md")
     assert 3 <= len(PdfReader(SNAPSHOT_DIR / "pdfs" / f"{forum_id}.pdf").pages) <= 6
-    text = _pdf_text(forum_id)
-    assert _normalise(manuscript.title) in text
+    text = pdf_text(forum_id)
+    assert normalise(manuscript.title) in text
     for heading in manuscript.headings:
-        assert _normalise(heading) in text, heading
+        assert normalise(heading) in text, heading
 
 
 @pytest.mark.parametrize("forum_id", [ACCEPTED_PAPER, NEURIPS_PAPER, REJECTED_PAPER, WITHDRAWN_PAPER])
@@ -290,7 +290,7 @@ def test_claim_key_evidence_is_verbatim_in_the_source_section_and_the_pdf() -> N
         assert section_paragraphs, f"{claim['id']}: no section {claim['evidence']['section']!r}"
         sentence = claim["evidence"]["sentence"]
         assert any(sentence in paragraph for paragraph in section_paragraphs), claim["id"]
-        assert _normalise(sentence) in _pdf_text(claim["forum"]), claim["id"]
+        assert normalise(sentence) in pdf_text(claim["forum"]), claim["id"]
 
 
 def test_markup_errors_name_the_source_and_the_line() -> None:
