@@ -9,7 +9,7 @@ import os
 import pytest
 
 ISOLATED_PREFIXES = ("PEERIFY_", "OPENAI_", "ANTHROPIC_", "VLLM_", "OPENREVIEW_", "HF_", "TRANSFORMERS_",
-                     "SENTENCE_TRANSFORMERS_")
+                     "SENTENCE_TRANSFORMERS_", "AWS_")
 ISOLATED_NAMES = ("DAGSTER_HOME",)
 
 

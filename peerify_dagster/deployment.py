@@ -1,0 +1,38 @@
+"""Where the single-machine default and the cluster profile differ, read from the environment when asked (never at
+import time), so one `peerify build` works on either. Unset, every one of them means the single-machine default.
+
+- `PEERIFY_LAKE`: a folder (default `data_lake/`) or `s3://bucket/prefix`; an S3 lake's endpoint and keys come from
+  the standard `AWS_ENDPOINT_URL`, `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY` (and `AWS_REGION`).
+- `PEERIFY_EXECUTOR`: `in_process` (default: one process per run) or `celery` (steps on Celery workers).
+- `PEERIFY_REDIS_URL`: the Celery broker and result backend, and the model limits shared by every worker.
+- `PEERIFY_POSTGRES_URL`: Dagster's run, event and schedule storage (the cluster profile's dagster.yaml reads it),
+  and the locks that must hold across machines (the ledger's per-call claims, the decisions ledger's appends).
+"""
+
+from __future__ import annotations
+
+import os
+
+EXECUTORS = ("in_process", "celery")
+OBJECT_STORE_SCHEMES = ("s3://",)
+
+
+def executor() -> str:
+    """The executor runs use: PEERIFY_EXECUTOR, else `in_process`."""
+    name = os.environ.get("PEERIFY_EXECUTOR") or "in_process"
+    if name not in EXECUTORS:
+        raise ValueError(f"PEERIFY_EXECUTOR={name!r}: must be one of {', '.join(EXECUTORS)}")
+    return name
+
+
+def redis_url() -> str | None:
+    return os.environ.get("PEERIFY_REDIS_URL") or None
+
+
+def postgres_url() -> str | None:
+    return os.environ.get("PEERIFY_POSTGRES_URL") or None
+
+
+def is_object_store(root: str) -> bool:
+    """Whether a lake root names an object store rather than a folder."""
+    return root.startswith(OBJECT_STORE_SCHEMES)
