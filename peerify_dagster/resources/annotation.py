@@ -9,10 +9,11 @@ Modes:
 - `consensus`: audit items on which the audit's two annotators disagree and nobody has settled.
 
 Leases (domain/leases.py) live in `<lake>/human_decisions/<venue slug>/leases.json`, read and replaced under an
-exclusive lock on `leases.lock` beside it, so every process sharing the lake (server workers, terminals) agrees on
-who holds what. A decision is checked (the item still open, not held by someone else) and appended under that same
-lock, so two annotators never record the same item twice even when a lease ran out in between; `peerify decisions
-import` reads and appends the ledger under it too (cli/queue.py).
+exclusive lock (a flock on `leases.lock` beside it; a Postgres advisory lock in the cluster profile), so every
+process sharing the lake (server workers, terminals) agrees on who holds what. A decision is checked (the item still
+open, not held by someone else) and appended under that same lock, so two annotators never record the same item
+twice even when a lease ran out in between; `peerify decisions import` reads and appends the ledger under it too
+(cli/queue.py).
 
 The item id secret (`item_id_secret` beside the venue's ledgers, made on first use, never replaced) keys the opaque
 ids (domain/arbitration.py). It stays in the lake because an answer file exported today must still resolve after a
@@ -22,7 +23,6 @@ someone who can read the lake, where the key table itself is.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import secrets
@@ -41,7 +41,8 @@ from peerify_dagster.resources import audit_sample
 from peerify_dagster.resources.decisions import Decision, DecisionLedger, current_decisions, decisions_dir, \
     new_decision
 from peerify_dagster.resources.files import fsync_path, temporary_path, write_json_atomic
-from peerify_dagster.resources.lake import Lake, UnreadablePartitionError
+from peerify_dagster.resources.lake import Lake, UnreadablePartitionError, partition_slug
+from peerify_dagster.resources.locks import exclusive
 
 MODES = ("arbitration", "audit", "consensus")
 # The keys that decide, the same in the terminal and the browser.
@@ -104,6 +105,7 @@ class LeaseStore:
     def __init__(self, lake_root: str | Path, venue: str):
         folder = decisions_dir(lake_root, venue)
         self.path, self.lock_path = folder / LEASES_FILE, folder / LEASES_LOCK
+        self.lock_name = f"leases {partition_slug(venue)}"  # resources/locks.py: across machines in the cluster profile
 
     def _read(self) -> list[leases.Lease]:
         try:
@@ -114,17 +116,12 @@ class LeaseStore:
     @contextmanager
     def locked(self) -> Iterator[list[leases.Lease]]:
         """The current leases, under the lock; the list as the block leaves it is stored (only when changed)."""
-        self.lock_path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+        with exclusive(self.lock_name, self.lock_path):
             stored = self._read()
             current = list(stored)
             yield current
             if current != stored:
                 write_json_atomic(self.path, leases.to_records(current))
-        finally:
-            os.close(fd)  # closing releases the lock
 
     def snapshot(self) -> list[leases.Lease]:
         with self.locked() as current:

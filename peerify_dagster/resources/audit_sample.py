@@ -8,8 +8,6 @@ sample it was made on. The check and the write hold the audit ledger's lock, so 
 
 from __future__ import annotations
 
-import fcntl
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -19,6 +17,7 @@ from peerify_dagster.domain.audit import audit_annotators
 from peerify_dagster.resources.decisions import Decision, DecisionLedger, LedgerProblem, current_decisions, \
     decisions_dir
 from peerify_dagster.resources.files import atomic_path
+from peerify_dagster.resources.locks import exclusive
 
 SAMPLE_FILE = "audit_sample.parquet"
 AUDIT_LEDGER = "audit"
@@ -68,16 +67,12 @@ def write_sample(lake_root: str | Path, venue: str, sample: pl.DataFrame, force:
                 f"an audit sample of {venue} already exists (version {version}, {stored.height} items, {path}); "
                 "pass --force to draw it again (allowed only while nobody has labelled it)")
     ledger.path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(ledger.path, os.O_RDONLY | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)  # DecisionLedger.append takes the same lock: no decision lands meanwhile
+    with exclusive(ledger.lock_name, ledger.path):  # DecisionLedger.append takes the same lock: no decision lands
         if ledger.line_count() != contents.line_count:
             raise AuditSampleRefused(f"audit decisions for {venue} arrived while the sample was checked; "
                                      "run the command again")
         with atomic_path(path) as temporary:
             sample.write_parquet(temporary)
-    finally:
-        os.close(fd)
     return path
 
 

@@ -4,16 +4,16 @@
 decision for an item supersedes an earlier one but never deletes it, and an undo is itself a line (`retract`).
 Only `DecisionLedger.append` writes it, never an asset.
 
-Durability: an append takes an exclusive flock on the file, writes all its lines with one O_APPEND write and
-fsyncs before returning, so two annotators appending at once never lose a decision and a decision reported saved
-is on disk. Each line carries the id and size of the append it belongs to (`batch_id`, `batch_size`): an append
-torn by a crash shows as a batch with lines missing and is ignored whole (all or nothing per call), and a garbled
-line is reported with its line number while the rest of the file loads.
+Durability: an append takes the file's exclusive lock (a flock on it; across machines in the cluster profile, a
+Postgres advisory lock: resources/locks.py), writes all its lines with one O_APPEND write and fsyncs before
+returning, so two annotators appending at once never lose a decision and a decision reported saved is on disk.
+Each line carries the id and size of the append it belongs to (`batch_id`, `batch_size`): an append torn by a crash
+shows as a batch with lines missing and is ignored whole (all or nothing per call), and a garbled line is reported
+with its line number while the rest of the file loads.
 """
 
 from __future__ import annotations
 
-import fcntl
 import os
 import uuid
 from collections import Counter
@@ -26,6 +26,7 @@ from peerify_dagster.domain import records
 from peerify_dagster.domain.labels import LABELS
 from peerify_dagster.resources.files import fsync_path
 from peerify_dagster.resources.lake import partition_slug
+from peerify_dagster.resources.locks import exclusive, shared
 
 DECISIONS_DIR = "human_decisions"  # beside the lake's tables; `decisions` is the program chairs' table
 LEDGER_KINDS = ("arbitration", "audit")  # the ledger files of a venue
@@ -146,6 +147,8 @@ class DecisionLedger:
             raise ValueError(f"ledger kind {kind!r} is not one of {LEDGER_KINDS}")
         self.venue, self.kind = venue, kind
         self.path = decisions_dir(lake_root, venue) / f"{kind}.jsonl"
+        # The lock guarding the file (resources/locks.py): a flock on the file itself on one machine.
+        self.lock_name = f"decisions {partition_slug(venue)}/{kind}"
 
     def line_count(self) -> int:
         return ledger_line_count(self.path)
@@ -154,9 +157,8 @@ class DecisionLedger:
         """Every readable decision in file order; unreadable lines and interrupted appends as problems."""
         if not self.path.exists():
             return LedgerContents()
-        with open(self.path, "rb") as handle:
-            fcntl.flock(handle, fcntl.LOCK_SH)  # an append in progress finishes first: no half line is seen
-            data = handle.read()
+        with shared(self.lock_name, self.path):  # an append in progress finishes first: no half line is seen
+            data = self.path.read_bytes()
         return self._parse(data)
 
     def append(self, decisions: Sequence[Decision]) -> None:
@@ -165,9 +167,14 @@ class DecisionLedger:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         created = not self.path.exists()
+        with exclusive(self.lock_name, self.path):
+            self._append_locked(decisions)
+        if created:
+            fsync_path(self.path.parent)
+
+    def _append_locked(self, decisions: Sequence[Decision]) -> None:
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
             with open(self.path, "rb") as reader:
                 existing = reader.read()
             problems = self._append_problems(decisions, self._parse(existing).decisions)
@@ -184,9 +191,7 @@ class DecisionLedger:
                 os.ftruncate(fd, len(existing))  # a full disk leaves no part of this append behind
                 raise
         finally:
-            os.close(fd)  # closing releases the lock
-        if created:
-            fsync_path(self.path.parent)
+            os.close(fd)
 
     def _append_problems(self, decisions: Sequence[Decision], stored: list[Decision]) -> list[str]:
         known = {decision.decision_id: decision for decision in stored}

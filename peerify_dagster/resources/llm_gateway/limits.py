@@ -1,10 +1,38 @@
-"""Rate limits and the budget (of a run, or of a whole `peerify build`): how fast and how much the gateway may call."""
+"""Rate limits and the budget (of a run, or of a whole `peerify build`): how fast and how much the gateway may call.
+
+A model's limits are this process's own on one machine; with `PEERIFY_REDIS_URL` set they are shared by every worker
+(shared_limits.py), so N workers together keep to them.
+"""
 
 from __future__ import annotations
 
 import threading
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
+from typing import Any
+
+from peerify_dagster import deployment
+from peerify_dagster.resources.llm_gateway.shared_limits import SharedConcurrencyLimit, SharedRateLimiter
+
+
+def concurrency_limit(model: str, max_concurrency: int) -> AbstractContextManager[Any]:
+    """How many calls of `model` may be in flight at once (`with limit:` around each): across every worker sharing
+    PEERIFY_REDIS_URL when it is set, else in this process."""
+    url = deployment.redis_url()
+    if url:
+        return SharedConcurrencyLimit(url, model, max_concurrency)
+    return threading.BoundedSemaphore(max_concurrency)
+
+
+def request_rate_limit(model: str, requests_per_minute: float,
+                       sleep: Callable[[float], None] = time.sleep) -> RateLimiter | SharedRateLimiter:
+    """The spacing of `model`'s request starts (`acquire()` before each): across every worker sharing
+    PEERIFY_REDIS_URL when it is set, else in this process."""
+    url = deployment.redis_url()
+    if url:
+        return SharedRateLimiter(url, model, requests_per_minute, sleep=sleep)
+    return RateLimiter(requests_per_minute, sleep=sleep)
 
 
 class RateLimiter:

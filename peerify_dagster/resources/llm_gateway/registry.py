@@ -7,7 +7,7 @@ PEERIFY_LOCAL_GGUF); every mistake is reported in one line naming the file or va
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -34,6 +34,8 @@ class ModelSpec:
     model: str
     base_url: str | None = None
     base_url_env: str | None = None
+    base_url_fallback_env: str | None = None  # read when base_url_env is unset (a shared variable, e.g. VLLM_BASE_URL)
+    one_model_per_server: bool = False  # its server serves this model only (`vllm serve`): no other model may share it
     api_key_env: str | None = None
     api_key_required: bool = True
     context_window: int = 8192
@@ -44,6 +46,8 @@ class ModelSpec:
     structured_output: str = "json_schema"
     max_tokens_param: str = "max_tokens"
     stream: bool = False
+    # Submit `map`'s calls through the provider's batch API (half price, results within a day; batches.py).
+    batch: bool = False
     decoding: Mapping[str, Any] = field(default_factory=dict)
     gguf_package: str | None = None
     gguf_file: str | None = None
@@ -69,6 +73,9 @@ class ModelSpec:
             raise ConfigurationError(f"model {name!r}: unknown decoding parameters {bad_decoding}")
         if spec.max_concurrency < 1:
             raise ConfigurationError(f"model {name!r}: max_concurrency must be at least 1")
+        if spec.batch and not spec.is_remote:
+            raise ConfigurationError(f"model {name!r}: batch: true needs backend openai or anthropic (the providers' "
+                                     f"batch APIs), not {spec.backend!r}")
         return spec
 
     @property
@@ -76,7 +83,15 @@ class ModelSpec:
         return self.backend in ("openai", "anthropic")
 
     def resolved_base_url(self, env: Mapping[str, str]) -> str | None:
-        return (env.get(self.base_url_env) if self.base_url_env else None) or self.base_url
+        return self.base_url_with_source(env)[0]
+
+    def base_url_with_source(self, env: Mapping[str, str]) -> tuple[str | None, str]:
+        """The base URL (`base_url_env`, else `base_url_fallback_env`, else models.yaml's `base_url`) and where it
+        came from, for messages."""
+        for variable in (self.base_url_env, self.base_url_fallback_env):
+            if variable and env.get(variable):
+                return env[variable], variable
+        return self.base_url, "models.yaml base_url"
 
     def api_key(self, env: Mapping[str, str]) -> str | None:
         return env.get(self.api_key_env) if self.api_key_env else None
@@ -161,6 +176,26 @@ class ModelRegistry:
                 f"role {role!r} is not in profile {self.profile!r} of {self.path}; roles: {sorted(self.roles)}"
             )
         return list(self.roles[role])
+
+    def shared_server_problems(self, names: Iterable[str], env: Mapping[str, str]) -> list[str]:
+        """One line for each base URL that models of `names` serving one model per server (vLLM) share with a
+        different model (another model id: the same weights sampled differently may share their server)."""
+        by_url: dict[str, dict[str, ModelSpec]] = {}
+        for name in names:
+            spec = self.model(name)
+            url = spec.resolved_base_url(env)
+            if spec.one_model_per_server and url:
+                by_url.setdefault(url.rstrip("/"), {}).setdefault(spec.model, spec)
+        problems = []
+        for url, specs in by_url.items():
+            if len(specs) > 1:
+                described = [f"{spec.name!r} ({spec.model}, from {spec.base_url_with_source(env)[1]})"
+                             for spec in specs.values()]
+                named = ", ".join(described[:-1]) + " and " + described[-1]
+                own = ", ".join(spec.base_url_env for spec in specs.values() if spec.base_url_env)
+                problems.append(f"models {named} resolve to the same base URL {url}, but a vLLM server serves one "
+                                f"model: point each at its own server ({own or 'base_url_env in models.yaml'})")
+        return problems
 
     def resolve(self, target: str) -> tuple[str | None, ModelSpec]:
         """(role, model) for a role name or a model name; a role must map to exactly one model."""
