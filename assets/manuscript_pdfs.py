@@ -3,11 +3,11 @@
 import dagster as dg
 import polars as pl
 
+from peerify_dagster.cluster import queue_tags
 from peerify_dagster.domain.pdfs import PdfProblem, inspect_pdf
 from peerify_dagster.partitions import venue_partitions
 from peerify_dagster.resources.crawl import INGESTION_CODE_VERSION, CrawlConfig, crawler_for
 from peerify_dagster.resources.dagster_resources import LakeResource, OpenReviewResource, VenueRegistryResource
-from peerify_dagster.resources.files import write_atomic
 
 PDF_SCHEMA = {
     "venue": pl.String, "paper_id": pl.String, "status": pl.String, "reason": pl.String, "message": pl.String,
@@ -22,6 +22,7 @@ PDF_SCHEMA = {
     kinds={"python", "parquet", "pdf"},
     code_version=INGESTION_CODE_VERSION,
     deps=["raw_openreview_notes"],  # the reviewed PDF version is chosen from the landed forum's edits
+    op_tags=queue_tags("pdf"),
 )
 def manuscript_pdfs(
     context: dg.AssetExecutionContext,
@@ -37,7 +38,7 @@ def manuscript_pdfs(
     parsing records why they yield no text."""
     venue_key = context.partition_key
     crawler, reader, _ = crawler_for(context, venue_registry, lake, openreview)
-    store = lake.lake().root / "pdfs"
+    store = lake.lake().store
     rows = []
     for forum_id in paper_sample["forum_id"].to_list():
         row = dict.fromkeys(PDF_SCHEMA)
@@ -54,9 +55,9 @@ def manuscript_pdfs(
             except PdfProblem as exc:
                 row.update(status="failed", reason=exc.reason, message=str(exc))
             else:
-                path = store / f"{info.sha256}.pdf"
+                path = store.root / "pdfs" / f"{info.sha256}.pdf"
                 if not path.exists():
-                    write_atomic(path, data)
+                    store.write_bytes(path, data)
                 row.update(status="ok", sha256=info.sha256, size_bytes=info.size_bytes, pages=info.pages,
                            encrypted=info.encrypted,
                            version=meta.get("version"), edit_id=meta.get("edit_id"),

@@ -28,9 +28,9 @@ from peerify_dagster.resources.dagster_resources import (
     VenueRegistryResource,
 )
 from peerify_dagster.resources.decisions import Decision, DecisionLedger
-from peerify_dagster.resources.files import atomic_folder
 from peerify_dagster.resources.lake import RELEASES_DIR
 from peerify_dagster.resources.llm_gateway import LEDGER_SCHEMA, CallLedger, ModelRegistry
+from peerify_dagster.resources.store import readable
 
 
 class ReleaseConfig(dg.Config):
@@ -60,7 +60,7 @@ def upstream_versions(context: dg.AssetExecutionContext, lineage: ReleaseLineage
 def ledger_rows(lake_root, call_ids: list[str]) -> pa.Table:
     """Every ledger row (failed attempts included) of the given calls, in (call id, time) order."""
     wanted = pa.array(call_ids, pa.string())
-    parts = [pq.read_table(segment).cast(LEDGER_SCHEMA) for segment in CallLedger(lake_root).segments()]
+    parts = [pq.read_table(readable(segment)).cast(LEDGER_SCHEMA) for segment in CallLedger(lake_root).segments()]
     table = pa.concat_tables([part.filter(pc.is_in(part["call_id"], wanted)) for part in parts]) if parts \
         else LEDGER_SCHEMA.empty_table()
     rows = {(r["call_id"], r["created_at"]): r for r in table.to_pylist()}  # a row compacted twice counts once
@@ -203,10 +203,7 @@ def label_release(context: dg.AssetExecutionContext, config: ReleaseConfig, lake
     manifest["files"] = {name: rel.file_entry(files[name], counts[name]) for name in rel.data_files()}
     sealed = rel.seal_manifest(manifest)
     try:
-        with atomic_folder(target) as folder:
-            for name, data in files.items():
-                (folder / name).write_bytes(data)
-            (folder / rel.MANIFEST).write_bytes(sealed)
+        lake.lake().store.create_folder(target, {**files, rel.MANIFEST: sealed})  # the manifest last
     except FileExistsError as exc:
         raise dg.Failure(f"release {version}: {exc}", allow_retries=False) from None
     context.log.info(f"release {version} written to {target} (manifest sha256 {rel.sha256_hex(sealed)})")

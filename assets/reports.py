@@ -15,7 +15,6 @@ from peerify_dagster.domain.report import (
 )
 from peerify_dagster.partitions import VENUE_PREDICTIONS, prediction_key, venue_partitions
 from peerify_dagster.resources.dagster_resources import LakeResource
-from peerify_dagster.resources.files import write_atomic
 from peerify_dagster.resources.lake import Lake, UnreadablePartitionError
 from peerify_dagster.resources.report_files import REPORT_HTML, REPORT_MARKDOWN, report_folder
 
@@ -51,14 +50,14 @@ def venue_report(context: dg.AssetExecutionContext, lake: LakeResource) -> pl.Da
                    for name in configurations}
     report = build_report(venue, inputs, predictions)
 
-    folder = report_folder(store, venue)
+    folder, files = report_folder(store, venue), store.store  # files: the lake's storage, a folder or S3
     for figure in report.figures:
-        write_atomic(folder / figure.file_name, figure.png)
+        files.write_bytes(folder / figure.file_name, figure.png)
     for stale in set(folder.glob("*.png")) - {folder / figure.file_name for figure in report.figures}:
-        stale.unlink()  # figures of an earlier report (a configuration since removed) would outlive their tables
+        files.delete(stale)  # figures of an earlier report (a configuration since removed) would outlive their tables
     markdown_path, html_path = folder / REPORT_MARKDOWN, folder / REPORT_HTML
-    write_atomic(markdown_path, render_markdown(report).encode())
-    write_atomic(html_path, render_html(report).encode())
+    files.write_bytes(markdown_path, render_markdown(report).encode())
+    files.write_bytes(html_path, render_html(report).encode())
     embedded = render_markdown(report, embed_up_to=UI_EMBED_BYTES)
     context.add_output_metadata({
         "report": dg.MetadataValue.md(embedded),

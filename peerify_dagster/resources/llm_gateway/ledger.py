@@ -8,7 +8,8 @@ Layout under `<lake>/llm_calls/` (DuckDB reads the rows as `read_parquet('<lake>
   rows already stored (same call_id and created_at), writes the merged segment first and only then removes
   its sources: a reader or a crash in between sees every row, at worst twice until the next compaction;
 - `.claims/<call_id>.lock`: locked (flock) by the process making that call; another process that needs
-  the same call waits on it, then finds the row in the ledger instead of calling again;
+  the same call waits on it, then finds the row in the ledger instead of calling again (in the cluster profile a
+  Postgres advisory lock of the same name instead: resources/locks.py);
 - `quarantine/<segment>`: a segment that could not be read, moved aside with its original name and
   reported (`CallLedger.quarantined`) with the call ids it held, as far as they could be read.
 """
@@ -32,8 +33,10 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from peerify_dagster.resources.files import atomic_path, fsync_path
+from peerify_dagster.resources.files import fsync_path
 from peerify_dagster.resources.lake import LEDGER_DIR
+from peerify_dagster.resources.locks import exclusive
+from peerify_dagster.resources.store import LakeStore, readable
 
 logger = logging.getLogger(__name__)
 
@@ -99,9 +102,13 @@ class QuarantinedSegment:
 class CallLedger:
     """The `llm_calls` table: one durable segment per call, compacted later, shared safely between processes."""
 
-    def __init__(self, lake_root: Path, compact_every: int = 256):
-        self.directory = Path(lake_root) / LEDGER_DIR
-        self.claims_directory = self.directory / ".claims"
+    def __init__(self, lake_root: Path | str, compact_every: int = 256):
+        self.store = LakeStore(lake_root)
+        self.directory = self.store.root / LEDGER_DIR
+        # The claim and compaction lock files are local files: in the ledger folder of a folder lake, in this
+        # machine's cache folder for an S3 lake (whose cross-machine claims are Postgres locks, resources/locks.py).
+        self.local_directory = self.store.cache_dir / LEDGER_DIR
+        self.claims_directory = self.local_directory / ".claims"
         self.quarantine_directory = self.directory / "quarantine"
         self.compact_every = compact_every
         self.quarantined: list[QuarantinedSegment] = []
@@ -143,7 +150,7 @@ class CallLedger:
         """The segment's rows; None when it was unreadable (it is then quarantined and reported).
         Raises FileNotFoundError when it vanished (compacted by another process)."""
         try:
-            return pq.read_table(segment, columns=columns)
+            return pq.read_table(readable(segment), columns=columns)
         except FileNotFoundError:
             raise
         except (OSError, pa.ArrowException) as error:
@@ -226,19 +233,25 @@ class CallLedger:
     def _write_segment(self, prefix: str, table: pa.Table) -> Path:
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
         final = self.directory / f"{prefix}{stamp}-{os.getpid()}-{uuid.uuid4().hex[:8]}.parquet"
-        with atomic_path(final) as temporary:
+        with self.store.writing(final) as temporary:
             pq.write_table(table, temporary, **_WRITE_OPTIONS)
             fsync_path(temporary)
-        fsync_path(self.directory)  # the rename itself survives a power loss
+        self._fsync_directory(self.directory)  # the rename itself survives a power loss
         return final
+
+    def _fsync_directory(self, directory: Path) -> None:
+        if not self.store.is_object_store:  # an S3 object is durable once its PUT returns
+            fsync_path(directory)
 
     def compact(self) -> list[Path]:
         """Merge the per-call segments into compacted ones, dropping rows already stored.
 
         Returns the segments written; [] when there was nothing to merge or another process is compacting.
         """
-        self.directory.mkdir(parents=True, exist_ok=True)
-        with open(self.directory / ".compaction.lock", "a+b") as lock:
+        self.local_directory.mkdir(parents=True, exist_ok=True)
+        # Per machine for an S3 lake: two machines compacting at once write some rows twice, which readers and the
+        # next compaction already treat as one (the same call_id and created_at).
+        with open(self.local_directory / ".compaction.lock", "a+b") as lock:
             try:
                 fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -267,8 +280,8 @@ class CallLedger:
                     self._index(row)
                 self._indexed_segments.update(path.name for path in written)
             for source in merged_sources:
-                source.unlink(missing_ok=True)
-            fsync_path(self.directory)
+                self.store.delete(source)
+            self._fsync_directory(self.directory)
             return written
 
     def _stored_keys(self) -> set[tuple[str, datetime]]:
@@ -298,42 +311,25 @@ class CallLedger:
     # -- claims ----------------------------------------------------------------------------------
     @contextmanager
     def claim(self, call_id: str) -> Iterator[None]:
-        """Hold the lake-wide claim on `call_id` while the call is in flight.
+        """Hold the lake-wide claim on `call_id` while the call is in flight (a lock of resources/locks.py: across
+        machines in the cluster profile).
 
         Waits while another process (or thread) holds it; the claim is released when the block ends, and
-        by the kernel when the holder dies.
+        when the holder dies.
         """
-        self.claims_directory.mkdir(parents=True, exist_ok=True)
-        path = self.claims_directory / f"{call_id}.lock"
-        while True:
-            descriptor = os.open(path, os.O_CREAT | os.O_RDWR, 0o644)
-            try:
-                fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                logger.info("call %s is being made by another process; waiting for its result", call_id)
-                fcntl.flock(descriptor, fcntl.LOCK_EX)
-            # The previous holder removes the file before unlocking: a lock on a removed file claims nothing.
-            try:
-                if os.fstat(descriptor).st_ino == os.stat(path).st_ino:
-                    break
-            except FileNotFoundError:
-                pass
-            os.close(descriptor)
-        try:
+        with exclusive(f"llm call {call_id}", self.claims_directory / f"{call_id}.lock", remove_when_released=True):
             yield
-        finally:
-            path.unlink(missing_ok=True)
-            os.close(descriptor)
 
     # -- quarantine ------------------------------------------------------------------------------
     def _quarantine(self, segment: Path, error: Exception) -> None:
         call_ids = _salvage_call_ids(segment)
-        self.quarantine_directory.mkdir(parents=True, exist_ok=True)
+        if not self.store.is_object_store:
+            self.quarantine_directory.mkdir(parents=True, exist_ok=True)
         moved_to: Path | None = self.quarantine_directory / segment.name
         try:
-            os.replace(segment, moved_to)
-            fsync_path(self.directory)
-            fsync_path(self.quarantine_directory)
+            self.store.move(segment, moved_to)
+            self._fsync_directory(self.directory)
+            self._fsync_directory(self.quarantine_directory)
         except FileNotFoundError:
             moved_to = None
         record = QuarantinedSegment(segment, moved_to, " ".join(str(error).split())[:300], tuple(call_ids))
@@ -363,7 +359,7 @@ def segment_successes(segment: Path, columns: Sequence[str]) -> dict[str, dict[s
     quarantines it)."""
     # Read with polars: pyarrow turns time-zoned timestamps into Python values through pandas, whose first import
     # would cost a web server's first claim page a quarter of a second.
-    frame = pl.read_parquet(segment, columns=list(dict.fromkeys([*_KEY_COLUMNS, "error", *columns])))
+    frame = pl.read_parquet(readable(segment), columns=list(dict.fromkeys([*_KEY_COLUMNS, "error", *columns])))
     successes: dict[str, dict[str, Any]] = {}
     for row in frame.iter_rows(named=True):
         keep_latest_success(successes, row)
@@ -380,7 +376,7 @@ def latest_successes(lake_root: Path, call_ids: Collection[str],
     while True:
         found: dict[str, dict[str, Any]] = {}
         vanished = False
-        for segment in segments_in(Path(lake_root) / LEDGER_DIR):
+        for segment in segments_in(LakeStore(lake_root).root / LEDGER_DIR):
             try:
                 successes = read_segment(segment)
             except FileNotFoundError:
@@ -409,7 +405,7 @@ def _salvage_call_ids(segment: Path) -> list[str]:
     """The call ids an unreadable segment held: its call_id column if the footer survived, else the ids
     found at the start of its first page (see _WRITE_OPTIONS); [] when nothing is readable."""
     try:
-        return pq.read_table(segment, columns=["call_id"])["call_id"].to_pylist()
+        return pq.read_table(readable(segment), columns=["call_id"])["call_id"].to_pylist()
     except (OSError, pa.ArrowException):
         pass
     try:
