@@ -6,6 +6,7 @@ from pathlib import Path
 import dagster as dg
 import polars as pl
 
+from peerify_dagster.cluster import queue_tags
 from peerify_dagster.domain.chunking import (
     CHUNK_SCHEMA,
     RUNAWAY_FACTOR,
@@ -16,17 +17,80 @@ from peerify_dagster.domain.chunking import (
 )
 from peerify_dagster.domain.chunking import chunk_stats as compute_chunk_stats
 from peerify_dagster.domain.layout.blocks import LAYOUT_VERSION, Block
+from peerify_dagster.domain.shards import shard_count
 from peerify_dagster.partitions import venue_partitions
 from peerify_dagster.resources.dagster_resources import DocumentParserResource, LakeResource, VenueRegistryResource
 from peerify_dagster.resources.document_parser import ManuscriptParseError
 from peerify_dagster.resources.expectations import Expect, gate
 from peerify_dagster.resources.openreview import SnapshotReader
 from peerify_dagster.resources.parsed_tables import PARSE_ERROR_SCHEMA, PARSED_SCHEMA, parsed_row
+from peerify_dagster.resources.shard_io import (
+    POSITION,
+    SHARD,
+    SHARD_IO_MANAGER,
+    SHARD_SCHEMA,
+    assemble_shards,
+    split_into_shards,
+)
 
 PARSING_CODE_VERSION = f"parsing-v1-layout-{LAYOUT_VERSION}"
 CHUNKING_CODE_VERSION = "chunking-v3"
 
-@dg.multi_asset(
+
+@dg.op(out=dg.DynamicOut(pl.DataFrame, io_manager_key=SHARD_IO_MANAGER))
+def split_manuscripts(context: dg.OpExecutionContext, manuscript_pdfs: pl.DataFrame,
+                      venue_registry: VenueRegistryResource):
+    """The venue's manuscripts (its `manuscript_pdfs` rows) in shards of its papers (domain/shards.py)."""
+    venue = venue_registry.venue(context.partition_key)
+    shards = shard_count(manuscript_pdfs.height, venue.shards)
+    context.log.info(f"{manuscript_pdfs.height} manuscripts in {shards} shard(s)")
+    yield from split_into_shards(manuscript_pdfs, manuscript_pdfs["paper_id"].to_list(), shards)
+
+
+@dg.op(out={"parsed": dg.Out(pl.DataFrame, io_manager_key=SHARD_IO_MANAGER),
+            "errors": dg.Out(pl.DataFrame, io_manager_key=SHARD_IO_MANAGER)},
+       tags=queue_tags("pdf"))
+def parse_shard(context: dg.OpExecutionContext, shard: pl.DataFrame, lake: LakeResource,
+                venue_registry: VenueRegistryResource, document_parser: DocumentParserResource):
+    """Parse one shard's manuscripts: each stored PDF, and, for papers without one, an HTML / Markdown / text
+    manuscript the venue provides (`manuscripts/<forum>.<ext>` in its snapshot); a manuscript that fails is recorded
+    as a parse error and the others complete."""
+    parser = document_parser.parser()
+    the_lake = lake.lake()
+    reader = SnapshotReader(venue_registry.snapshot_dir(venue_registry.venue(context.partition_key), the_lake))
+    sources: list[tuple[dict, Path, str | None]] = []  # (manuscript_pdfs row, file, pdf sha256)
+    for row in shard.iter_rows(named=True):
+        if row["status"] == "ok":
+            sources.append((row, the_lake.store.local_copy(the_lake.root / row["lake_path"]), row["sha256"]))
+        elif (text := reader.text_manuscript(row["paper_id"])) is not None:
+            sources.append((row, text, None))
+    parsed, errors = [], []
+    for done, (row, path, pdf_sha256) in enumerate(sources, start=1):
+        paper_id, placed = row["paper_id"], {SHARD: row[SHARD], POSITION: row[POSITION]}
+        try:
+            document = parser.parse(path, source_name=f"{paper_id}{path.suffix}", paper_id=paper_id)
+        except ManuscriptParseError as exc:
+            context.log.warning(str(exc))
+            errors.append({"venue": context.partition_key, "paper_id": paper_id, "reason": exc.reason,
+                           "message": str(exc), **placed})
+            continue
+        parsed.append({**parsed_row(context.partition_key, pdf_sha256, document), **placed})
+        context.log.info(f"parsed {done}/{len(sources)}: {paper_id} ({document.pages} pages, {document.parser})")
+    yield dg.Output(pl.DataFrame(parsed, schema={**PARSED_SCHEMA, **SHARD_SCHEMA}), output_name="parsed")
+    yield dg.Output(pl.DataFrame(errors, schema={**PARSE_ERROR_SCHEMA, **SHARD_SCHEMA}), output_name="errors")
+
+
+@dg.op(out={"parsed_manuscripts": dg.Out(pl.DataFrame), "parse_errors": dg.Out(pl.DataFrame)})
+def assemble_parsed(parsed: list[pl.DataFrame], errors: list[pl.DataFrame]):
+    """The venue's parsed manuscripts and parse errors from its shards', in the order of `manuscript_pdfs`."""
+    frame, sharding = assemble_shards(parsed)
+    failed, _ = assemble_shards(errors)
+    yield dg.Output(frame, output_name="parsed_manuscripts",
+                    metadata={"pages_parsed": int(frame["pages"].sum() or 0), "failed": failed.height, **sharding})
+    yield dg.Output(failed, output_name="parse_errors")
+
+
+@dg.graph_multi_asset(
     partitions_def=venue_partitions,
     group_name="manuscripts",
     outs={
@@ -41,35 +105,11 @@ CHUNKING_CODE_VERSION = "chunking-v3"
         ),
     },
 )
-def parsed_manuscripts(context: dg.AssetExecutionContext, manuscript_pdfs: pl.DataFrame, lake: LakeResource,
-                       venue_registry: VenueRegistryResource, document_parser: DocumentParserResource):
-    """Parse every stored PDF, and, for papers without one, an HTML / Markdown / text manuscript the venue provides
-    (`manuscripts/<forum>.<ext>` in its snapshot); a manuscript that fails is recorded in `parse_errors` and the
-    others complete."""
-    parser = document_parser.parser()
-    root = lake.lake().root
-    reader = SnapshotReader(venue_registry.snapshot_dir(venue_registry.venue(context.partition_key), lake.lake()))
-    sources: list[tuple[str, Path, str | None]] = []  # (paper id, file, pdf sha256)
-    for row in manuscript_pdfs.iter_rows(named=True):
-        if row["status"] == "ok":
-            sources.append((row["paper_id"], root / row["lake_path"], row["sha256"]))
-        elif (text := reader.text_manuscript(row["paper_id"])) is not None:
-            sources.append((row["paper_id"], text, None))
-    parsed, errors = [], []
-    for done, (paper_id, path, pdf_sha256) in enumerate(sources, start=1):
-        try:
-            document = parser.parse(path, source_name=f"{paper_id}{path.suffix}", paper_id=paper_id)
-        except ManuscriptParseError as exc:
-            context.log.warning(str(exc))
-            errors.append({"venue": context.partition_key, "paper_id": paper_id, "reason": exc.reason,
-                           "message": str(exc)})
-            continue
-        parsed.append(parsed_row(context.partition_key, pdf_sha256, document))
-        context.log.info(f"parsed {done}/{len(sources)}: {paper_id} ({document.pages} pages, {document.parser})")
-    frame = pl.DataFrame(parsed, schema=PARSED_SCHEMA)
-    yield dg.Output(frame, output_name="parsed_manuscripts",
-                    metadata={"pages_parsed": int(frame["pages"].sum() or 0), "failed": len(errors)})
-    yield dg.Output(pl.DataFrame(errors, schema=PARSE_ERROR_SCHEMA), output_name="parse_errors")
+def parsed_manuscripts(manuscript_pdfs: pl.DataFrame):
+    """Parse every stored PDF (or text manuscript), one step per shard of the venue's papers, so many workers share
+    a venue and a failed shard re-runs alone; the venue tables are assembled from the shards."""
+    parsed, errors = split_manuscripts(manuscript_pdfs).map(parse_shard)
+    return assemble_parsed(parsed.collect(), errors.collect())
 
 
 def _chunking_config(venue_registry: VenueRegistryResource, venue: str) -> ChunkingConfig:

@@ -18,6 +18,7 @@ from peerify_dagster.domain.chunking import ChunkingConfig, ChunkingConfigError
 from peerify_dagster.domain.citations.options import CitationOptions, CitationOptionsError
 from peerify_dagster.domain.labelling import LabellingConfig, LabellingConfigError
 from peerify_dagster.domain.sampling import SamplingConfig, SamplingConfigError
+from peerify_dagster.domain.shards import ShardCountError, check_shard_count
 from peerify_dagster.domain.slices import SliceConfig, SliceConfigError
 
 SOURCE_RELEASE = "release"  # imported from a published release's JSONL files (`peerify import-release`)
@@ -55,6 +56,7 @@ class Venue:
     slices: dict | None = None  # benchmark-slice options and gate settings (domain.slices.SliceConfig); None = defaults
     release: str | None = None  # for source=release: the release folder it was imported from, relative to the registry
     citations: dict | None = None  # citation-half options (domain.citations.options.CitationOptions); None = defaults
+    shards: int | None = None  # shards of the papers for the heavy steps (domain.shards); None = automatic
 
     @property
     def slug(self) -> str:
@@ -105,6 +107,10 @@ def _venue_from_entry(key: str, entry: dict, sources: tuple[str, ...] = SOURCES)
     for name in ("openreview_id", "api_url", "snapshot", "gold_claims", "gold_citations", "llm_recording", "release"):
         if entry.get(name) is not None and not isinstance(entry[name], str):
             raise RegistryError(f"venue {key!r}: {name} must be a string, got {entry[name]!r}")
+    try:
+        check_shard_count(entry.get("shards"))
+    except ShardCountError as error:
+        raise RegistryError(f"venue {key!r}: shards: {error}") from None
     for option, config, config_error in _STAGE_OPTIONS:
         try:
             config.from_mapping(entry.get(option))
