@@ -39,6 +39,8 @@ from peerify_dagster.domain.notes import MalformedNote, classify, note_api_versi
 from peerify_dagster.domain.prompts import load_prompt
 from peerify_dagster.domain.venues import SOURCE_SNAPSHOT, SOURCE_UPLOAD, Venue
 from peerify_dagster.resources.lake import Lake
+from peerify_dagster.resources.llm_gateway.batches import BATCH_PRICE_FACTOR
+from peerify_dagster.resources.store import readable
 
 DEFAULT_ANSWER_TOKENS = 1024  # a model whose decoding sets no max_tokens (the backends' default)
 # The published release's per-review averages (BENCHMARKS.md, claim extraction): 3.1 sections a review; 4.3 claims a
@@ -235,8 +237,9 @@ def _per_call(model: str, prompts: Sequence[str], gateway, means: dict,  # noqa:
 
 def _priced(row: EstimateRow, gateway) -> EstimateRow:  # noqa: ANN001
     spec = gateway.registry.model(row.model)
-    row.cost_usd = tuple((row.tokens_in[i] * spec.price_in_per_million + row.tokens_out[i] * spec.price_out_per_million)
-                         / 1e6 for i in (0, 1))
+    factor = BATCH_PRICE_FACTOR if spec.batch else 1.0  # a batch model's calls are billed at the batch price
+    row.cost_usd = tuple(factor * (row.tokens_in[i] * spec.price_in_per_million
+                                   + row.tokens_out[i] * spec.price_out_per_million) / 1e6 for i in (0, 1))
     return row
 
 
@@ -312,7 +315,8 @@ def _mean_tokens(lake: Lake) -> dict[tuple[str, str], tuple[float, float]]:
     files = sorted((lake.root / "llm_calls").glob("*.parquet"))
     if not files:
         return {}
-    ledger = pl.read_parquet(files, columns=["model", "prompt_id", "tokens_in", "tokens_out", "error"])
+    columns = ["model", "prompt_id", "tokens_in", "tokens_out", "error"]
+    ledger = pl.concat([pl.read_parquet(readable(path), columns=columns) for path in files])  # a folder's or S3's
     means = ledger.filter(pl.col("error").is_null()).group_by("model", "prompt_id").agg(
         pl.col("tokens_in").mean(), pl.col("tokens_out").mean())
     return {(m, p): (float(i), float(o)) for m, p, i, o in means.iter_rows()}

@@ -40,12 +40,14 @@ SCHEMAS = {"review_claims": REVIEW_CLAIM_SCHEMA, "claims_dropped": DROPPED_SCHEM
 SAMPLE_CONFIGURATIONS = ("hybrid-top3", "full-context-paper-sourced", "oracle")
 
 
-def priced_models(folder: Path, base_url: str, price: float = 1.0, labeller_a: str = "loopback") -> Path:
-    """Every role on one loopback model at `price` dollars per million tokens (in and out); `labeller_a` may name
-    `keyed`, a model that needs OPENAI_API_KEY."""
+def priced_models(folder: Path, base_url: str, price: float = 1.0, labeller_a: str = "loopback",
+                  batch: bool = False) -> Path:
+    """Every role on one loopback model at `price` dollars per million tokens (in and out), sent through the
+    provider's batch API when `batch`; `labeller_a` may name `keyed`, a model that needs OPENAI_API_KEY."""
     path = folder / "models.yaml"
     path.write_text(
         "default_profile: test\nmodels:\n  loopback:\n    backend: openai\n    model: scripted-model\n"
+        f"    batch: {str(batch).lower()}\n"
         f"    base_url: {base_url}\n    api_key_env: LOOPBACK_API_KEY\n    price_in_per_million: {price}\n"
         f"    price_out_per_million: {price}\n    max_concurrency: 1\n    structured_output: json_schema\n"
         "  keyed:\n    backend: openai\n    model: gpt-4o-mini\n    api_key_env: OPENAI_API_KEY\n"
@@ -88,9 +90,9 @@ def test_preflight_names_a_labeller_without_its_key_before_any_work(tmp_path, mo
 @pytest.fixture()
 def estimate_of(tmp_path):
     """The estimate of a venue in an empty lake, under priced models (no server: nothing is called)."""
-    def estimate(venue: Venue, configurations: list):
+    def estimate(venue: Venue, configurations: list, batch: bool = False):
         lake = Lake(tmp_path / "lake")
-        models = priced_models(tmp_path, "http://127.0.0.1:9/v1", price=1.0)
+        models = priced_models(tmp_path, "http://127.0.0.1:9/v1", price=1.0, batch=batch)
         gateway = LLMGateway(lake.root, models_file=models, env={"LOOPBACK_API_KEY": "k"})
         snapshot = (REPO_ROOT / venue.snapshot) if venue.snapshot else lake.root / "snapshots" / venue.slug
         return estimate_build(lake, venue, snapshot, configurations, gateway)
@@ -117,6 +119,16 @@ def test_an_unbuilt_snapshot_venue_is_estimated_from_its_snapshot_for_every_stag
     assert 0 < labels.cost_usd[0] < labels.cost_usd[1]
     text = format_estimate(estimate, "sample")
     assert "total: 0 calls" not in text and "$0.0000" not in text.splitlines()[-1]
+
+
+def test_a_batch_model_is_estimated_at_the_batch_price(estimate_of):
+    venue = load_registry(REPO_ROOT / "venues.yaml")["sample"]
+    listed = {(r.stage, r.role): r for r in estimate_of(venue, sample_configurations("sample")).rows}
+    batched = {(r.stage, r.role): r for r in estimate_of(venue, sample_configurations("sample"), batch=True).rows}
+    assert listed.keys() == batched.keys()
+    for key, row in batched.items():
+        assert row.calls == listed[key].calls
+        assert row.cost_usd == pytest.approx(tuple(cost / 2 for cost in listed[key].cost_usd)), key
 
 
 def test_a_venue_with_nothing_crawled_is_estimated_from_its_size_and_labelled_so(estimate_of):

@@ -14,6 +14,7 @@ from peerify_dagster import paths
 from peerify_dagster.cli.common import EXIT_USAGE, say
 from peerify_dagster.resources.decisions import DECISIONS_DIR
 from peerify_dagster.resources.lake import LEDGER_DIR, RELEASES_DIR, SNAPSHOTS_DIR
+from peerify_dagster.resources.llm_gateway.batches import BATCHES_DIR
 
 
 @dataclass(frozen=True)
@@ -29,6 +30,8 @@ IRREPLACEABLE = (
     Irreplaceable("decisions", DECISIONS_DIR, "every arbitration and audit decision, and the audit samples"),
     Irreplaceable("releases", RELEASES_DIR, "the published label releases"),
     Irreplaceable("ledger", LEDGER_DIR, "the LLM call ledger: every call made (and paid for) and its answer"),
+    Irreplaceable("batches", BATCHES_DIR, "the records of LLM batches submitted to a provider: without them the "
+                                          "results of a batch not yet collected, paid for, are never collected"),
     Irreplaceable("snapshots", SNAPSHOTS_DIR, "what live crawls fetched from OpenReview"),
     Irreplaceable("uploads", Path(paths.uploads_root()).name,
                   "what `peerify verify` was given: the uploaded PDFs, reviews and responses, the upload venue "

@@ -246,15 +246,21 @@ class LLMGatewayResource(dg.ConfigurableResource):
     max_cost_usd: float | None = None
     max_tokens: int | None = None
     build_run_ids: list[str] | None = None
+    # Models with `batch: true` (models.yaml): how often a step polls its provider batch, and for how long before it
+    # fails saying to re-run it to collect (0: poll once; a batch takes up to a day).
+    batch_poll_s: float = 60.0
+    batch_wait_s: float = 0.0
 
     @contextmanager
     def gateway(self, lake: Lake, run_id: str):
-        """The gateway of one step (a context: closed at the end); a spent budget fails the step in one line."""
-        from peerify_dagster.resources.llm_gateway import BudgetExceeded, LLMGateway
+        """The gateway of one step (a context: closed at the end); a spent budget, or a provider batch not ended yet,
+        fails the step in one line."""
+        from peerify_dagster.resources.llm_gateway import BatchPendingError, BudgetExceeded, LLMGateway
 
         with LLMGateway(lake.root, profile=self.profile, cache_mode=self.cache_mode, run_id=run_id,
                         max_cost_usd=self.max_cost_usd, max_tokens=self.max_tokens,
-                        budget_run_ids=self.build_run_ids) as gateway:
+                        budget_run_ids=self.build_run_ids, batch_poll_s=self.batch_poll_s,
+                        batch_wait_s=self.batch_wait_s) as gateway:
             try:
                 yield gateway
             except BudgetExceeded as exc:
@@ -262,6 +268,11 @@ class LLMGatewayResource(dg.ConfigurableResource):
                 raise dg.Failure(description=f"LLM budget spent, step stopped before writing anything ({made} calls "
                                              f"made by this step are in the ledger): {exc}",
                                  allow_retries=False) from exc
+            except BatchPendingError as exc:
+                raise dg.Failure(description=f"LLM batch not collected yet, step stopped before writing anything: "
+                                             f"{exc}", allow_retries=False,
+                                 metadata={"batch_id": str(exc.batch_id),
+                                           "record": dg.MetadataValue.path(str(exc.record))}) from exc
 
 
 UNPARTITIONED, BY_VENUE = "unpartitioned", "venue"

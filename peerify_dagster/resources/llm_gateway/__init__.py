@@ -10,6 +10,7 @@ One module per concern:
 - ledger.py: the durable, compacted, multi-process ledger (CallLedger) and its quarantine;
 - limits.py: the requests-per-minute limiter and the per-run budget;
 - backends.py: openai, anthropic, vllm and local (llama.cpp in this process) backends;
+- batches.py: the OpenAI and Anthropic batch APIs for models with `batch: true`, and their records;
 - results.py: CallResult and the usage counters;
 - gateway.py: LLMGateway itself; errors.py: the errors, each a one-line message.
 """
@@ -25,6 +26,7 @@ from peerify_dagster.resources.llm_gateway.backends import (
 )
 from peerify_dagster.resources.llm_gateway.errors import (
     BackendUnavailableError,
+    BatchPendingError,
     BudgetExceeded,
     CallFailedError,
     ConfigurationError,
@@ -48,7 +50,8 @@ from peerify_dagster.resources.llm_gateway.results import CallResult, UsageCount
 __all__ = [
     "BACKENDS", "CACHE_MODES", "DECODING_KEYS", "DEFAULT_MAX_TOKENS", "DEFAULT_MODELS_FILE", "LEDGER_SCHEMA",
     "STRUCTURED_OUTPUT_MODES", "TOOL_NAME",
-    "AnthropicBackend", "Backend", "BackendUnavailableError", "Budget", "BudgetExceeded", "CallFailedError",
+    "AnthropicBackend", "Backend", "BackendUnavailableError", "BatchPendingError", "Budget", "BudgetExceeded",
+    "CallFailedError",
     "CallLedger", "CallResult", "Completion", "ConfigurationError", "LLMGateway", "LLMGatewayError", "ModelRegistry",
     "ModelSpec", "OpenAIChatBackend", "PreflightError", "ProgressCallback", "QuarantinedSegment", "RateLimiter",
     "ReplayMissError", "UsageCounters", "VllmEngineBackend",

@@ -86,37 +86,34 @@ class OpenAIChatBackend:
             return {"type": "json_object", "schema": dict(schema)}
         return {"type": "json_object"}
 
-    def complete(
+    def request_params(
         self, messages: list[Message], decoding: Mapping[str, Any], schema: Mapping[str, Any] | None
-    ) -> Completion:
+    ) -> dict[str, Any]:
+        """The chat-completions request body (a batch request's body too), without streaming."""
         params = dict(decoding)
         params[self.spec.max_tokens_param] = params.pop("max_tokens", DEFAULT_MAX_TOKENS)
         response_format = self._response_format(schema)
         if response_format is not None:
             params["response_format"] = response_format
+        return {"model": self.spec.model, "messages": messages, **params}
+
+    def complete(
+        self, messages: list[Message], decoding: Mapping[str, Any], schema: Mapping[str, Any] | None
+    ) -> Completion:
+        params = self.request_params(messages, decoding, schema)
         try:
             if self.spec.stream:
                 return self._complete_streaming(messages, params)
-            response = self.client.chat.completions.create(model=self.spec.model, messages=messages, **params)
+            response = self.client.chat.completions.create(**params)
         except Exception as error:  # noqa: BLE001 - every SDK failure is classified, none swallowed
             raise classify_sdk_error(error) from error
-        if not response.choices:
-            raise PermanentError("response has no choices")
-        text = response.choices[0].message.content or ""
-        usage = response.usage
-        return Completion(
-            text=text,
-            tokens_in=usage.prompt_tokens if usage else estimate_tokens(canonical_json(messages)),
-            tokens_out=usage.completion_tokens if usage else estimate_tokens(text),
-        )
+        return chat_completion(response, messages)
 
     def _complete_streaming(self, messages: list[Message], params: dict[str, Any]) -> Completion:
         pieces: list[str] = []
         finished = False
         usage = None
-        stream = self.client.chat.completions.create(
-            model=self.spec.model, messages=messages, stream=True, stream_options={"include_usage": True}, **params
-        )
+        stream = self.client.chat.completions.create(stream=True, stream_options={"include_usage": True}, **params)
         for chunk in stream:
             usage = chunk.usage or usage
             for choice in chunk.choices:
@@ -141,9 +138,10 @@ class AnthropicBackend:
         self.spec = spec
         self.client = anthropic.Anthropic(base_url=base_url, api_key=api_key, max_retries=0, timeout=timeout_s)
 
-    def complete(
+    def request_params(
         self, messages: list[Message], decoding: Mapping[str, Any], schema: Mapping[str, Any] | None
-    ) -> Completion:
+    ) -> dict[str, Any]:
+        """The SDK arguments of `messages.create` (a batch request's params, with `extra_body` merged in)."""
         system = "\n\n".join(m["content"] for m in messages if m["role"] == "system")
         params: dict[str, Any] = {
             "model": self.spec.model,
@@ -162,6 +160,12 @@ class AnthropicBackend:
         if schema is not None and self.spec.structured_output == "tool":
             params["tools"] = [{"name": TOOL_NAME, "description": "Record the answer.", "input_schema": dict(schema)}]
             params["tool_choice"] = {"type": "tool", "name": TOOL_NAME}
+        return params
+
+    def complete(
+        self, messages: list[Message], decoding: Mapping[str, Any], schema: Mapping[str, Any] | None
+    ) -> Completion:
+        params = self.request_params(messages, decoding, schema)
         try:
             if self.spec.stream:
                 with self.client.messages.stream(**params) as stream:
@@ -172,11 +176,30 @@ class AnthropicBackend:
                 message = self.client.messages.create(**params)
         except Exception as error:  # noqa: BLE001 - every SDK failure is classified, none swallowed
             raise classify_sdk_error(error) from error
-        tool_inputs = [block.input for block in message.content if block.type == "tool_use"]
-        text = json.dumps(tool_inputs[0]) if tool_inputs else "".join(
-            block.text for block in message.content if block.type == "text"
-        )
-        return Completion(text=text, tokens_in=message.usage.input_tokens, tokens_out=message.usage.output_tokens)
+        return message_completion(message)
+
+
+def chat_completion(response: Any, messages: list[Message]) -> Completion:
+    """The answer of an openai `ChatCompletion` (a synchronous response or a batch result's body)."""
+    if not response.choices:
+        raise PermanentError("response has no choices")
+    text = response.choices[0].message.content or ""
+    usage = response.usage
+    return Completion(
+        text=text,
+        tokens_in=usage.prompt_tokens if usage else estimate_tokens(canonical_json(messages)),
+        tokens_out=usage.completion_tokens if usage else estimate_tokens(text),
+    )
+
+
+def message_completion(message: Any) -> Completion:
+    """The answer of an anthropic `Message` (a synchronous response or a batch result): the forced tool's input as
+    JSON, else the text blocks."""
+    tool_inputs = [block.input for block in message.content if block.type == "tool_use"]
+    text = json.dumps(tool_inputs[0]) if tool_inputs else "".join(
+        block.text for block in message.content if block.type == "text"
+    )
+    return Completion(text=text, tokens_in=message.usage.input_tokens, tokens_out=message.usage.output_tokens)
 
 
 class VllmEngineBackend:

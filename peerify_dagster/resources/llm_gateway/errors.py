@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -59,3 +60,13 @@ class TransientError(Exception):
 
 class PermanentError(Exception):
     """Retrying would not help: 4xx other than 429, malformed responses."""
+
+
+class BatchPendingError(LLMGatewayError):
+    """A provider batch has not ended within the wait (or its submission's outcome is unknown); re-running the step
+    resumes from its record in `<lake>/llm_batches/` and never submits its calls again."""
+
+    def __init__(self, message: str, batch_id: str | None, record: Path):
+        super().__init__(message)
+        self.batch_id = batch_id
+        self.record = record

@@ -5,6 +5,7 @@ already succeeded, and otherwise made under the lake-wide claim on its call id (
 it at the same time) with per-model concurrency, a requests-per-minute limiter, retries with backoff that
 honour Retry-After, and a token/cost budget shared by every step of a run
 (or of a whole `peerify build`), counted from the ledger. Its row is on disk before its result is returned.
+A model with `batch: true` has `map`'s calls made through its provider's batch API instead (batches.py).
 """
 
 from __future__ import annotations
@@ -42,19 +43,34 @@ from peerify_dagster.resources.llm_gateway.backends import (
     LocalServers,
     OpenAIChatBackend,
     VllmEngineBackend,
+    classify_sdk_error,
     vllm_missing_message,
 )
+from peerify_dagster.resources.llm_gateway.batches import (
+    BATCH_PRICE_FACTOR,
+    COLLECTED,
+    SUBMITTED,
+    SUBMITTING,
+    BatchRecord,
+    BatchRecords,
+    batch_client,
+    batch_key,
+    estimated_spend,
+    over_budget,
+)
 from peerify_dagster.resources.llm_gateway.errors import (
+    BatchPendingError,
     BudgetExceeded,
     CallFailedError,
     ConfigurationError,
+    LLMGatewayError,
     PermanentError,
     PreflightError,
     ReplayMissError,
     TransientError,
 )
 from peerify_dagster.resources.llm_gateway.ledger import CallLedger, QuarantinedSegment
-from peerify_dagster.resources.llm_gateway.limits import Budget, RateLimiter
+from peerify_dagster.resources.llm_gateway.limits import Budget, concurrency_limit, request_rate_limit
 from peerify_dagster.resources.llm_gateway.registry import DECODING_KEYS, ModelRegistry, ModelSpec, chosen_setting
 from peerify_dagster.resources.llm_gateway.results import CallResult, UsageCounters
 from peerify_dagster.resources.local_llm import LocalLlamaServer, local_server_available
@@ -110,6 +126,8 @@ class LLMGateway:
         request_timeout_s: float = 120.0,
         env: Mapping[str, str] | None = None,
         sleep: Callable[[float], None] = time.sleep,
+        batch_poll_s: float = 60.0,
+        batch_wait_s: float = 0.0,
     ):
         self.env: Mapping[str, str] = os.environ if env is None else env
         self.registry = ModelRegistry.load(Path(models_file) if models_file else None, self.env, profile)
@@ -119,7 +137,11 @@ class LLMGateway:
         self.backoff_base_s = backoff_base_s
         self.backoff_max_s = backoff_max_s
         self.request_timeout_s = request_timeout_s
-        self.ledger = CallLedger(Path(lake_root))  # reads only: a preflight leaves the lake as it was
+        self.ledger = CallLedger(lake_root)  # reads only: a preflight leaves the lake as it was
+        # A batch model's `map` polls its provider batch every batch_poll_s for up to batch_wait_s (0: once).
+        self.batch_poll_s = batch_poll_s
+        self.batch_wait_s = batch_wait_s
+        self.batches = BatchRecords(Path(lake_root))
         self._started_at = datetime.now(UTC)
         self._sleep = sleep
         self._rng = random.Random()
@@ -127,9 +149,9 @@ class LLMGateway:
         self._backends: dict[str, Backend] = {}
         self._backend_locks: dict[str, threading.Lock] = defaultdict(threading.Lock)
         self._local = LocalServers(request_timeout_s)
-        self._semaphores = {name: threading.BoundedSemaphore(spec.max_concurrency)
+        self._semaphores = {name: concurrency_limit(name, spec.max_concurrency)
                             for name, spec in self.registry.models.items()}
-        self._limiters = {name: RateLimiter(spec.requests_per_minute, sleep=sleep)
+        self._limiters = {name: request_rate_limit(name, spec.requests_per_minute, sleep=sleep)
                           for name, spec in self.registry.models.items() if spec.requests_per_minute}
         self._usage_by_model: dict[str, UsageCounters] = defaultdict(UsageCounters)
         self._usage_by_role: dict[str, UsageCounters] = defaultdict(UsageCounters)
@@ -153,9 +175,9 @@ class LLMGateway:
     ) -> dict[str, list[str]]:
         """Check, before any work, what the roles' models need; returns role -> model names.
 
-        Normally that is API keys, packages and model files. In cache mode `replay-only` no model is called;
-        instead the ledger must hold a successful call of each role's models with each of its prompts
-        (`prompts`: role -> prompt ids the build uses, e.g. {"verifiers": ["verify"]}).
+        Normally that is API keys, packages and model files, and one server per vLLM model. In cache mode
+        `replay-only` no model is called; instead the ledger must hold a successful call of each role's models with
+        each of its prompts (`prompts`: role -> prompt ids the build uses, e.g. {"verifiers": ["verify"]}).
         Raises PreflightError (one line naming each problem) or ConfigurationError.
         """
         chosen = list(roles) if roles is not None else sorted(self.registry.roles)
@@ -165,6 +187,7 @@ class LLMGateway:
         else:
             names = sorted({name for names in plan.values() for name in names})
             problems = [problem for name in names if (problem := self._availability_problem(self.registry.model(name)))]
+            problems += self.registry.shared_server_problems(names, self.env)
         if problems:
             raise PreflightError(list(dict.fromkeys(problems)))  # models sharing a file share its problem
         return plan
@@ -235,11 +258,14 @@ class LLMGateway:
         Results keep the order of `items`. An item that fails (bad variables, a model error)
         yields a result with `error` set and the rest still run; a spent budget stops the batch and
         raises. In cache mode replay-only every call is checked against the ledger first, and the batch
-        raises ReplayMissError before answering any when one is missing.
+        raises ReplayMissError before answering any when one is missing. For a model with `batch: true` the calls
+        the ledger does not answer go to the provider as one batch (see `_map_as_batch`).
         """
         _, spec = self.registry.resolve(target)
         if self.cache_mode == "replay-only":
             self._check_replayable(target, prompt_id, items, schema, role, decoding)
+        elif spec.batch:
+            return self._map_as_batch(target, prompt_id, items, schema, role, decoding, progress)
         total = len(items)
         results: list[CallResult | None] = [None] * total
         done = 0
@@ -424,7 +450,8 @@ class LLMGateway:
         raise AssertionError("unreachable: the loop returns on its last attempt")
 
     def _row(
-        self, call: _PreparedCall, completion: Completion | None, error: str | None, attempts: int, latency: float
+        self, call: _PreparedCall, completion: Completion | None, error: str | None, attempts: int, latency: float,
+        price_factor: float = 1.0,
     ) -> dict[str, Any]:
         parsed = parse_answer(completion.text, call.schema) if completion else None
         tokens_in = completion.tokens_in if completion else 0
@@ -438,11 +465,185 @@ class LLMGateway:
             "parse_ok": bool(parsed and parsed.parse_ok),
             "label": parsed.label if parsed else None,
             "tokens_in": tokens_in, "tokens_out": tokens_out, "latency_s": latency,
-            "cost_usd": estimate_cost_usd(tokens_in, tokens_out, call.spec.price_in_per_million,
-                                          call.spec.price_out_per_million),
+            "cost_usd": price_factor * estimate_cost_usd(tokens_in, tokens_out, call.spec.price_in_per_million,
+                                                         call.spec.price_out_per_million),
             "error": error, "attempts": attempts,
             "created_at": datetime.now(UTC), "run_id": self.run_id,
         }
+
+    # -- provider batches (batches.py) -------------------------------------------------------------
+    def _map_as_batch(
+        self, target: str, prompt_id: str, items: Sequence[Mapping[str, Any]], schema: Mapping[str, Any] | None,
+        role: str | None, decoding: Mapping[str, Any], progress: ProgressCallback | None,
+    ) -> list[CallResult]:
+        """`map` for a model with `batch: true`: the items the ledger answers are answered from it; the other calls go
+        to the provider as one batch, recorded (`<lake>/llm_batches/`) before anything waits, polled for up to
+        `batch_wait_s`, and collected into the ledger at the batch price. A batch that has not ended raises
+        BatchPendingError; the next `map` of these calls resumes it and never submits them again."""
+        _, spec = self.registry.resolve(target)
+        since = self._started_at if self.cache_mode == "refresh" else None
+        results: list[CallResult | None] = [None] * len(items)
+        calls: dict[str, _PreparedCall] = {}
+        asked_by: dict[str, list[int]] = defaultdict(list)  # call id -> the items asking for it
+        for index, variables in enumerate(items):
+            try:
+                call = self._prepare(target, prompt_id, variables, schema, role, decoding)
+            except PromptError as error:
+                results[index] = self._input_error_result(target, prompt_id, role, spec, index, error)
+                continue
+            row = self.ledger.lookup(call.call_id, since=since)
+            if row is not None:
+                results[index] = self._count(CallResult.from_row(row, cached=True))
+            else:
+                calls.setdefault(call.call_id, call)
+                asked_by[call.call_id].append(index)
+        rows = self._run_batches(spec, calls) if calls else {}
+        for call_id, indices in asked_by.items():
+            row = rows.get(call_id) or self.ledger.lookup(call_id)  # or collected by another worker meanwhile
+            for repeat, index in enumerate(indices):
+                if row is not None:
+                    results[index] = self._count(CallResult.from_row(row, cached=repeat > 0))
+                else:
+                    failure = LLMGatewayError(f"call {call_id}: another worker collected its batch result, a failure; "
+                                              "the next run submits it again")
+                    results[index] = replace(self._input_error_result(target, prompt_id, role, spec, index, failure),
+                                             call_id=call_id)
+        finished = [result for result in results if result is not None]
+        for done, result in enumerate(finished, start=1):
+            if progress is not None:
+                progress(done, len(finished), result)
+        return finished
+
+    def _run_batches(self, spec: ModelSpec, calls: Mapping[str, _PreparedCall]) -> dict[str, dict[str, Any]]:
+        """The ledger rows of `calls`, from the batches that hold them (those a run submitted before, then one new
+        batch of the rest), each collected when it ended. Raises BatchPendingError when one has not ended in time."""
+        with self.batches.lock(spec.name):
+            records = self.batches.open_for(spec.name, calls)
+            for record in records:
+                if record.status == SUBMITTING:
+                    raise BatchPendingError(
+                        f"model {spec.name!r}: the submission of the batch recorded in {self.batches.path(record.key)} "
+                        f"({len(record.call_ids)} calls) did not complete, so the provider may hold it; find it in "
+                        "the provider's batch list, or remove the record to submit its calls again (never done on "
+                        "its own)", None, self.batches.path(record.key))
+            held = {call_id for record in records for call_id in record.call_ids}
+            new = [call for call_id, call in calls.items() if call_id not in held]
+            if new:
+                records.append(self._submit_batch(spec, new))
+        rows: dict[str, dict[str, Any]] = {}
+        polls = 1 + (int(self.batch_wait_s // self.batch_poll_s) if self.batch_poll_s > 0 else 0)
+        for poll in range(polls):
+            if poll:
+                self._sleep(self.batch_poll_s)
+            waiting = []
+            for record in records:
+                try:
+                    status = batch_client(self._backend(spec)).progress(record.batch_id)
+                except Exception as error:  # noqa: BLE001 - a failed poll leaves the batch to the next run
+                    waiting.append((record, f"could not be polled ({classify_sdk_error(error)})"))
+                    continue
+                if status.ended:
+                    rows.update(self._collect_batch(spec, record, status.status))
+                else:
+                    self._note_provider_status(spec, record, status.status)
+                    waiting.append((record, f"is {status.status} ({status.done} of {status.total} requests done)"))
+            records = [record for record, _ in waiting]
+            if not waiting:
+                return rows
+        record, state = waiting[0]
+        raise BatchPendingError(
+            f"model {spec.name!r}: batch {record.batch_id} ({len(record.call_ids)} calls, submitted "
+            f"{record.submitted_at}) {state} after waiting {self.batch_wait_s:g} s"
+            + (f", and {len(waiting) - 1} more batches" if len(waiting) > 1 else "")
+            + f"; its record is {self.batches.path(record.key)}: re-run the step to collect", record.batch_id,
+            self.batches.path(record.key))
+
+    def _submit_batch(self, spec: ModelSpec, calls: Sequence[_PreparedCall]) -> BatchRecord:
+        """Submit `calls` as one batch, recorded first (status submitting) so a lost answer never leads to a second
+        submission; the budget is checked against the batch's estimated cost before anything is sent."""
+        reason = self._budget.exhausted_reason()
+        tokens, cost = estimated_spend(spec, calls)
+        reason = reason or over_budget(self._budget, tokens, cost)
+        if reason:
+            raise BudgetExceeded(f"run {self.run_id} stopped: not submitting a batch of {len(calls)} calls of model "
+                                 f"{spec.name!r}: {reason}")
+        client = batch_client(self._backend(spec))
+        record = BatchRecord(
+            key=batch_key(spec.name, [call.call_id for call in calls]), model=spec.name, backend=spec.backend,
+            call_ids=[call.call_id for call in calls],
+            calls={call.call_id: {"role": call.role, "prompt_id": call.prompt_id, "prompt_hash": call.prompt_hash,
+                                  "request": call.request_json} for call in calls},
+            submitted_at=datetime.now(UTC).isoformat())
+        self.batches.write(record)
+        try:
+            record.batch_id = client.submit(calls)
+        except Exception as error:  # noqa: BLE001 - classified: refused, or an outcome that is not known
+            problem = classify_sdk_error(error)
+            if getattr(error, "status_code", None) is None:  # no answer: the provider may have created it
+                raise BatchPendingError(
+                    f"model {spec.name!r}: submitting a batch of {len(calls)} calls got no answer ({problem}); the "
+                    f"provider may hold it: find it in the provider's batch list, or remove "
+                    f"{self.batches.path(record.key)} to submit its calls again", None,
+                    self.batches.path(record.key)) from error
+            self.batches.remove(record)
+            raise LLMGatewayError(f"model {spec.name!r}: the provider refused a batch of {len(calls)} calls "
+                                  f"({problem}); nothing was submitted") from error
+        record.status = SUBMITTED
+        self.batches.write(record)
+        logger.info("model %r: submitted batch %s of %d calls (record %s)", spec.name, record.batch_id, len(calls),
+                    self.batches.path(record.key))
+        return record
+
+    def _note_provider_status(self, spec: ModelSpec, record: BatchRecord, provider_status: str) -> None:
+        """Keep the provider's word for a batch in progress in its record (what `peerify llm batches` shows)."""
+        with self.batches.lock(spec.name):
+            current = self.batches.read(record.key)
+            if current is not None and current.status == SUBMITTED and current.provider_status != provider_status:
+                current.provider_status = provider_status
+                self.batches.write(current)
+
+    def _collect_batch(self, spec: ModelSpec, record: BatchRecord, provider_status: str) -> dict[str, dict[str, Any]]:
+        """Write one ledger row per call of an ended batch (its answer, or why it has none, as a failed row) at the
+        batch price, then mark the record collected; {} when another worker collected it first."""
+        with self.batches.lock(spec.name):
+            current = self.batches.read(record.key)
+            if current is None or current.status == COLLECTED:
+                return {}
+            submitted_at = datetime.fromisoformat(current.submitted_at)
+            requests = {call_id: json.loads(entry["request"]) for call_id, entry in current.calls.items()}
+            try:
+                outcomes = batch_client(self._backend(spec)).results(
+                    current.batch_id, {call_id: request["messages"] for call_id, request in requests.items()})
+            except Exception as error:  # noqa: BLE001 - the batch stays to be collected by the next run
+                raise BatchPendingError(
+                    f"model {spec.name!r}: batch {current.batch_id} ended, but its results could not be read "
+                    f"({classify_sdk_error(error)}); its record is {self.batches.path(current.key)}: re-run the step "
+                    "to collect", current.batch_id, self.batches.path(current.key)) from error
+            latency = (datetime.now(UTC) - submitted_at).total_seconds()
+            rows: dict[str, dict[str, Any]] = {}
+            for call_id in current.call_ids:
+                # A collection cut short by a crash wrote some rows already: those are not written twice.
+                found = self.ledger.lookup(call_id, since=submitted_at)
+                if found is not None:
+                    rows[call_id] = found
+                    continue
+                entry, request = current.calls[call_id], requests[call_id]
+                call = _PreparedCall(
+                    call_id=call_id, role=entry["role"], prompt_id=entry["prompt_id"], prompt_hash=entry["prompt_hash"],
+                    spec=spec, messages=request["messages"], decoding=request["params"], schema=request["schema"],
+                    request_json=entry["request"])
+                outcome = outcomes.get(call_id, f"no result for this request (batch {provider_status})")
+                completion, error = (outcome, None) if isinstance(outcome, Completion) else (
+                    None, f"batch {current.batch_id}: {outcome}")
+                row = self._row(call, completion, error, 1, latency, price_factor=BATCH_PRICE_FACTOR)
+                self.ledger.append(row)  # durable before the record says collected
+                self._budget.spend(row["tokens_in"] + row["tokens_out"], row["cost_usd"])
+                rows[call_id] = row
+            failed = sum(row["error"] is not None for row in rows.values())
+            current.status, current.provider_status = COLLECTED, provider_status
+            current.counts = {"succeeded": len(rows) - failed, "failed": failed}
+            self.batches.write(current)
+            return rows
 
     def _backend(self, spec: ModelSpec) -> Backend:
         with self._backend_locks[spec.name]:
