@@ -10,6 +10,7 @@ from typing import NamedTuple
 import dagster as dg
 import polars as pl
 
+from peerify_dagster.cluster import queue_tags
 from peerify_dagster.domain.chunking import REGION_TYPE
 from peerify_dagster.domain.citations import detection, evidence, verdicts
 from peerify_dagster.domain.citations.bibliography import read_bibliography
@@ -263,7 +264,7 @@ def manuscript_titles(parsed_manuscripts: pl.DataFrame) -> dict[str, str]:
 
 
 @dg.multi_asset(
-    partitions_def=venue_partitions, group_name=GROUP,
+    partitions_def=venue_partitions, group_name=GROUP, op_tags=queue_tags("pdf"),
     outs={
         "cited_papers": dg.AssetOut(
             kinds={"python", "parquet"}, code_version=RESOLUTION_CODE_VERSION,
@@ -338,7 +339,8 @@ ENRICHMENT_SCHEMA = {
 
 
 @dg.asset(partitions_def=venue_partitions, group_name=GROUP, kinds={"python", "parquet"},
-          code_version=f"citance-enrichment-v1-{prompts_code_version([verdicts.TAG_CITANCE_PROMPT])}", pool="llm")
+          code_version=f"citance-enrichment-v1-{prompts_code_version([verdicts.TAG_CITANCE_PROMPT])}", pool="llm",
+          op_tags=queue_tags("llm"))
 def citance_enrichment(context: dg.AssetExecutionContext, citances: pl.DataFrame, lake: LakeResource,
                        llm: LLMGatewayResource, venue_registry: VenueRegistryResource) -> pl.DataFrame:
     """The `citance_tagger` role's reading of each citance (claim type, hedge level, the part of the sentence the
@@ -427,7 +429,7 @@ def citance_readings(citances: pl.DataFrame, citance_enrichment: pl.DataFrame) -
 
 
 @dg.asset(partitions_def=venue_partitions, group_name=GROUP, kinds={"python", "parquet", "pytorch"},
-          code_version="citation-evidence-v1")
+          code_version="citation-evidence-v1", op_tags=queue_tags("embedding"))
 def citation_evidence(context: dg.AssetExecutionContext, citances: pl.DataFrame, citance_enrichment: pl.DataFrame,
                       cited_papers: pl.DataFrame, cited_manuscripts: pl.DataFrame, parsed_manuscripts: pl.DataFrame,
                       lake: LakeResource, venue_registry: VenueRegistryResource,
@@ -521,7 +523,8 @@ def _pairs(citances: pl.DataFrame, citation_evidence: pl.DataFrame, papers: Cite
 
 
 @dg.asset(partitions_def=venue_partitions, group_name=GROUP, kinds={"python", "parquet"},
-          code_version=f"citation-verdicts-v1-{prompts_code_version([verdicts.VERIFY_CITATION_PROMPT])}", pool="llm")
+          code_version=f"citation-verdicts-v1-{prompts_code_version([verdicts.VERIFY_CITATION_PROMPT])}", pool="llm",
+          op_tags=queue_tags("llm"))
 def citation_verdicts(context: dg.AssetExecutionContext, citances: pl.DataFrame, citance_enrichment: pl.DataFrame,
                       citation_evidence: pl.DataFrame, cited_papers: pl.DataFrame, cited_manuscripts: pl.DataFrame,
                       parsed_manuscripts: pl.DataFrame, lake: LakeResource, llm: LLMGatewayResource,

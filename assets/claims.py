@@ -8,6 +8,7 @@ from collections.abc import Mapping
 import dagster as dg
 import polars as pl
 
+from peerify_dagster.cluster import queue_tags
 from peerify_dagster.domain import claims as rules
 from peerify_dagster.domain.claims import Candidate, ReviewSection
 from peerify_dagster.domain.forum_tables import REVIEW_TEXT_FIELDS, SCORE_FIELDS
@@ -131,6 +132,7 @@ def _plan_units(reviews: pl.DataFrame, followups: pl.DataFrame, scope: Mapping[s
     partitions_def=venue_partitions,
     group_name="claims",
     pool="llm",
+    op_tags=queue_tags("llm"),
     outs={
         "review_claims": dg.AssetOut(
             kinds={"python", "parquet"}, code_version=REVIEW_CLAIMS_CODE_VERSION,
@@ -220,7 +222,7 @@ def review_claims(context: dg.AssetExecutionContext, reviews: pl.DataFrame, revi
 
 
 @dg.asset(partitions_def=venue_partitions, group_name="claims", kinds={"python", "parquet"},
-          code_version=CLAIM_TYPES_CODE_VERSION, pool="llm")
+          code_version=CLAIM_TYPES_CODE_VERSION, pool="llm", op_tags=queue_tags("llm"))
 def claim_types(context: dg.AssetExecutionContext, review_claims: pl.DataFrame, lake: LakeResource,
                 llm: LLMGatewayResource, venue_registry: VenueRegistryResource) -> pl.DataFrame:
     """The `fact_tagger` role tags each review claim `factual` (checkable against the manuscript) or `subjective`
@@ -267,6 +269,7 @@ def _single_claim(result) -> str | None:
     partitions_def=venue_partitions,
     group_name="claims",
     pool="llm",
+    op_tags=queue_tags("llm"),
     outs={
         "paper_claims": dg.AssetOut(
             kinds={"python", "parquet"}, code_version=PAPER_CLAIMS_CODE_VERSION,

@@ -7,6 +7,7 @@ from collections import defaultdict
 import dagster as dg
 import polars as pl
 
+from peerify_dagster.cluster import queue_tags
 from peerify_dagster.domain import labelling as lab
 from peerify_dagster.domain.labels import LABELS, NOT_DETERMINED
 from peerify_dagster.domain.llm_calls import estimate_tokens
@@ -98,7 +99,7 @@ def _answer_fields(result) -> dict:
 
 
 @dg.asset(partitions_def=venue_partitions, group_name="labels", kinds={"python", "parquet"},
-          code_version=CLAIM_LABELS_CODE_VERSION, pool="llm",
+          code_version=CLAIM_LABELS_CODE_VERSION, pool="llm", op_tags=queue_tags("llm"),
           check_specs=[dg.AssetCheckSpec("four_rows_per_claim", asset="claim_labels", blocking=True,
                                          description="Every review claim was labelled once by each labeller "
                                                      "against each source, and every label is one of the four (or "

@@ -7,6 +7,7 @@ import time
 import dagster as dg
 import polars as pl
 
+from peerify_dagster.cluster import queue_tags
 from peerify_dagster.domain import label_metrics
 from peerify_dagster.domain import metrics as scores
 from peerify_dagster.domain import predictions as pred
@@ -34,7 +35,7 @@ PREDICTION_SCHEMA = {
 
 
 @dg.asset(partitions_def=prediction_partitions, group_name="predictions", kinds={"python", "parquet"},
-          code_version=PREDICTIONS_CODE_VERSION, pool="llm",
+          code_version=PREDICTIONS_CODE_VERSION, pool="llm", op_tags=queue_tags("llm"),
           # Venue-partitioned inputs of a `<configuration>|<venue>` partition: read from the lake for its venue
           # (Dagster cannot map a pair key to its venue, see partitions.py). claim_threads is read by mode thread
           # only, so the other modes run without it (a venue predicted before claim_threads existed).

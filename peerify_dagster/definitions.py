@@ -23,6 +23,7 @@ from assets import (
     slices,
     verification,
 )
+from peerify_dagster.cluster import executor_def
 from peerify_dagster.freshness import upstream_of
 from peerify_dagster.jobs import JOBS
 from peerify_dagster.resources.dagster_resources import (
@@ -40,6 +41,7 @@ from peerify_dagster.resources.dagster_resources import (
     UpstreamAsset,
     VenueRegistryResource,
 )
+from peerify_dagster.resources.shard_io import SHARD_IO_MANAGER, ShardLakeIOManager
 from peerify_dagster.sensors import SCHEDULES, SENSORS
 
 all_assets = [*dg.load_assets_from_modules(
@@ -55,6 +57,7 @@ def build_resources(lake_root: str | None = None, **overrides) -> dict:
     """The graph's resources; `lake_root=None` means PEERIFY_LAKE (read when a run opens the lake), else data_lake/."""
     resources = {
         "io_manager": ParquetLakeIOManager(root=lake_root),
+        SHARD_IO_MANAGER: ShardLakeIOManager(root=lake_root),
         "lake": LakeResource(root=lake_root),
         "venue_registry": VenueRegistryResource(),
         "openreview": OpenReviewResource(),
@@ -75,4 +78,5 @@ defs = dg.Definitions(
     sensors=SENSORS,
     schedules=SCHEDULES,
     resources=build_resources(),
+    executor=executor_def(),  # None: Dagster's default; Celery workers with PEERIFY_EXECUTOR=celery (cluster.py)
 )

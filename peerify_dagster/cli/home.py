@@ -69,18 +69,44 @@ def open_home(holder: str, capture_step_output: bool = True) -> dg.DagsterInstan
 
 def run_job(instance: dg.DagsterInstance, job_name: str, partition_key, run_config: dict | None = None,
             asset_selection: list | None = None):
-    """One in-process run of a job of the code location (`asset_selection`: only those of its assets) for one
-    partition, reported while it waits for a pool."""
+    """One run of a job of the code location (`asset_selection`: only those of its assets) for one partition,
+    reported while it waits for a pool: in this process, or with PEERIFY_EXECUTOR=celery on the Celery workers."""
+    from peerify_dagster import deployment
     from peerify_dagster.definitions import defs
     from peerify_dagster.resources import runs
 
-    run_id = str(uuid.uuid4())
     # The process tags let `peerify recover` tell this run dead from alive. No automatic retry: a killed
     # terminal build is re-run by its user, not relaunched in the background by `dagster dev`'s daemon.
     tags = {**runs.process_tags(), "dagster/max_retries": "0", ".dagster/repository": REPOSITORY_LABEL}
     run_config = {**(run_config or {}), "loggers": {"console": {"config": {"log_level": "INFO"}}}}
+    if deployment.executor() == "celery":
+        return run_on_celery(instance, job_name, partition_key, run_config, asset_selection, tags)
+    run_id = str(uuid.uuid4())
     with runs.PoolWaitReporter(instance, run_id, say):
         return defs.resolve_job_def(job_name).execute_in_process(
             partition_key=partition_key, instance=instance, run_config=run_config, raise_on_error=False,
             run_id=run_id, tags=tags, asset_selection=asset_selection,
         )
+
+
+LAUNCH_TAG = "peerify/launch"  # finds the run `dg.execute_job` creates, whose id is not known before
+
+
+def run_on_celery(instance: dg.DagsterInstance, job_name: str, partition_key, run_config: dict,
+                  asset_selection: list | None, tags: dict):
+    """A run whose steps go to the Celery workers (`peerify worker`): execute_in_process would ignore the executor.
+    This process orchestrates the run (it submits the steps and records their events), so the process tags still
+    name what keeps the run alive and `peerify recover` judges it as before."""
+    import dagster as dg
+
+    from peerify_dagster.cluster import reconstructable_job
+    from peerify_dagster.definitions import defs
+    from peerify_dagster.resources import runs
+
+    launch = str(uuid.uuid4())
+    job = defs.resolve_job_def(job_name)
+    if partition_key is not None:
+        tags = {**tags, **job.get_tags_for_partition_key(partition_key, asset_selection)}
+    with runs.PoolWaitReporter(instance, None, say, launch_tag=(LAUNCH_TAG, launch)):
+        return dg.execute_job(reconstructable_job(job_name), instance, run_config=run_config,
+                              tags={**tags, LAUNCH_TAG: launch}, asset_selection=asset_selection)

@@ -26,6 +26,7 @@ from dagster._core.storage.runs import SqliteRunStorage
 from peerify_dagster.domain.predictions import PAIR_SEPARATOR, venue_and_configuration
 from peerify_dagster.resources.lake import partition_slug
 from peerify_dagster.resources.processes import process_alive, process_start_time
+from peerify_dagster.resources.store import LakeStore
 
 PID_TAG = "peerify/pid"
 PROCESS_START_TAG = "peerify/process_start"
@@ -65,9 +66,10 @@ def exclusive_lock(path: Path, holder: str, on_wait: Callable[[str], None]) -> I
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def build_lock_path(lake_root: Path, venue: str) -> Path:
-    """The lock `peerify build <venue>` holds in the lake for as long as it runs."""
-    return Path(lake_root) / f".build-{partition_slug(venue)}.lock"
+def build_lock_path(lake_root: Path | str, venue: str) -> Path:
+    """The lock `peerify build <venue>` holds in the lake for as long as it runs (a local file: for an S3 lake in
+    this machine's cache folder, so it excludes the builds started on this machine)."""
+    return LakeStore(lake_root).cache_dir / f".build-{partition_slug(venue)}.lock"
 
 
 def lock_holder(path: Path) -> str | None:
@@ -190,9 +192,12 @@ class PoolWaitReporter:
     """Watches one run's steps in the instance's pools and reports, once per change, who holds a pool a step waits
     for: Dagster itself logs "Step blocked by limit for pool" at DEBUG only, without naming the holder."""
 
-    def __init__(self, instance: dg.DagsterInstance, run_id: str, report: Callable[[str], None],
-                 interval_s: float = 2.0):
+    def __init__(self, instance: dg.DagsterInstance, run_id: str | None, report: Callable[[str], None],
+                 interval_s: float = 2.0, launch_tag: tuple[str, str] | None = None):
+        """`run_id` None: the run is found by its `launch_tag` (name, value) once it exists, as for a run that
+        `dg.execute_job` creates (the cluster profile), whose id is not known before."""
         self.instance, self.run_id, self.report, self.interval_s = instance, run_id, report, interval_s
+        self.launch_tag = launch_tag
         self._said: dict[str, str] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="pool-wait-reporter", daemon=True)
@@ -216,6 +221,11 @@ class PoolWaitReporter:
 
     def check(self) -> list[str]:
         """Report each pool this run waits for, with the runs holding it; returns the lines reported now."""
+        if self.run_id is None:
+            launched = self.instance.get_run_ids(dg.RunsFilter(tags=dict([self.launch_tag])), limit=1)
+            if not launched:
+                return []
+            self.run_id = launched[0]
         storage = self.instance.event_log_storage
         reported = []
         for pool in sorted(storage.get_concurrency_keys()):

@@ -1,0 +1,66 @@
+"""The cluster profile's Celery executor: dagster_celery's, except that a step whose worker process died
+(`WorkerLostError`: killed, out of memory) fails as that step, and the rest of the run goes on.
+
+dagster_celery treats a task that raised as an error of the executor: it stops submitting steps, yet keeps waiting
+for the ones it has not submitted, so a run with any step left hangs for ever. Read as the step's failure, the run
+ends FAILURE with the step named (its downstream skipped, independent steps done), and its re-execution from the
+failure (the daemon's run retry, or the UI's) runs what is missing. Imported only when PEERIFY_EXECUTOR=celery.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import dagster as dg
+from celery.exceptions import WorkerLostError
+from dagster._core.events import DagsterEvent
+from dagster._core.execution.plan.objects import StepFailureData
+from dagster._core.execution.retries import RetryMode
+from dagster._serdes import serialize_value
+from dagster._utils.error import serializable_error_info_from_exc_info
+from dagster_celery.core_execution_loop import core_celery_execution_loop
+from dagster_celery.executor import CELERY_CONFIG, CeleryExecutor, _submit_task
+
+
+class StepResult:
+    """A submitted step's Celery result, as the execution loop reads it; a lost worker reads as the step's failure
+    (recorded now, its pool slot freed: the dead process can do neither)."""
+
+    def __init__(self, result, plan_context, step):  # noqa: ANN001 - Celery's AsyncResult, Dagster's contexts
+        self._result, self._plan_context, self._step = result, plan_context, step
+
+    def ready(self) -> bool:
+        return self._result.ready()
+
+    def revoke(self) -> None:
+        self._result.revoke()
+
+    def get(self) -> list:
+        try:
+            return self._result.get()
+        except WorkerLostError:
+            context = self._plan_context.for_step(self._step)
+            failure = DagsterEvent.step_failure_event(
+                context, StepFailureData(error=serializable_error_info_from_exc_info(sys.exc_info()),
+                                         user_failure_data=None),
+                message=f'The Celery worker process running step "{self._step.key}" died: the step failed.')
+            context.instance.event_log_storage.free_concurrency_slot_for_step(context.run_id, self._step.key)
+            return [serialize_value(failure)]
+
+
+def submit_step(app, plan_context, step, queue, priority, known_state) -> StepResult:  # noqa: ANN001
+    return StepResult(_submit_task(app, plan_context, step, queue, priority, known_state), plan_context, step)
+
+
+class StepFailingCeleryExecutor(CeleryExecutor):
+    def execute(self, plan_context, execution_plan):  # noqa: ANN001
+        return core_celery_execution_loop(plan_context, execution_plan, step_execution_fn=submit_step)
+
+
+@dg.executor(name="celery", config_schema=CELERY_CONFIG, requirements=dg.multiple_process_executor_requirements())
+def celery_executor(init_context: dg.InitExecutorContext) -> StepFailingCeleryExecutor:
+    """dagster_celery's `celery_executor` (the same config), a lost worker failing its step (module docstring)."""
+    config = init_context.executor_config
+    return StepFailingCeleryExecutor(broker=config.get("broker"), backend=config.get("backend"),
+                                     config_source=config.get("config_source"), include=config.get("include"),
+                                     retries=RetryMode.from_config(config["retries"]))

@@ -1,0 +1,359 @@
+"""The cluster profile on real servers (tests/conftest.py: Redis, Postgres on loopback): a Dagster home on Postgres
+storage (`peerify cluster init`), two Celery workers (`peerify worker`), and a selection of the sample venue's graph
+with a PDF, an embedding and two LLM steps run on them through `peerify build`'s own `run_job`, answered by the
+sample's LLM recording. One step's process is SIGKILLed: its run fails, and the re-execution from the failure
+completes with every table equal to the default path's, no LLM call made twice, the `llm` pool held, and
+`peerify recover` leaving the live runs alone. The k8s run config validates against the code location's job."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import dagster as dg
+import pyarrow.parquet as pq
+import pytest
+import yaml
+from dagster._core.instance.ref import InstanceRef
+
+from peerify_dagster.cluster import CLUSTER_INSTANCE, K8S_RUN_CONFIG, QUEUE_TAG, QUEUES, queue_tags
+from peerify_dagster.paths import REPO_ROOT
+from peerify_dagster.resources.lake import Lake
+from peerify_dagster.resources.runs import recover_dead_runs
+from peerify_dagster.testing.cli import (SAMPLE_DIR, cli_env, descendants, ledger_rows, peerify, sample_registry,
+                                         start_peerify)
+
+VENUE = "sample"
+# A PDF step (manuscript_pdfs, parse_shard), an embedding step (embed_shard) and two LLM steps of one pool.
+SELECTED_ROOTS = ("chunk_embeddings", "review_claims", "paper_claims")
+LLM_STEPS = ("review_claims", "paper_claims")
+KILLED_STEP = "paper_claims"  # ready while review_claims runs: only the pool keeps them apart
+WORKERS = ("cluster-w1", "cluster-w2")
+RUN_TIMEOUT_S = 600
+
+# The orchestrating process of a run, as `peerify build` is: a run of the selection through cli/home.py's run_job
+# (`run`), or the re-execution of a failed run from its failure (`retry RUN_ID`). Prints the run id and its success.
+ORCHESTRATOR = """
+import json, sys
+import dagster as dg
+from peerify_dagster.cli.home import open_home, run_job
+from peerify_dagster.cluster import reconstructable_job
+from peerify_dagster.partitions import add_venue_partitions
+from peerify_dagster.resources import runs
+
+instance = open_home("the cluster test's orchestrator", capture_step_output=False)
+if sys.argv[1] == "run":
+    add_venue_partitions(instance, "sample", [])
+    keys = [dg.AssetKey(name) for name in json.loads(sys.argv[2])]
+    result = run_job(instance, "build_venue", "sample", asset_selection=keys)
+else:
+    parent = instance.get_run_by_id(sys.argv[2])
+    result = dg.execute_job(reconstructable_job("build_venue"), instance,
+                            tags={**parent.tags, **runs.process_tags()},
+                            reexecution_options=dg.ReexecutionOptions.from_failure(parent.run_id, instance))
+print(json.dumps({"run_id": result.run_id, "success": result.success}))
+"""
+
+
+def selected_assets() -> list[str]:
+    from peerify_dagster.definitions import defs
+
+    selection = dg.AssetSelection.assets(*SELECTED_ROOTS).upstream().required_multi_asset_neighbors()
+    return sorted(key.to_user_string() for key in selection.resolve(defs.resolve_asset_graph()))
+
+
+@dataclass
+class Cluster:
+    root: Path
+    env: dict[str, str]
+    postgres_url: str
+    workers: dict[str, subprocess.Popen]
+
+    @property
+    def home(self) -> Path:
+        return Path(self.env["DAGSTER_HOME"])
+
+    @property
+    def lake(self) -> Path:
+        return Path(self.env["PEERIFY_LAKE"])
+
+    def instance(self) -> dg.DagsterInstance:
+        """The cluster's Dagster instance, opened here (the test's environment has no PEERIFY_* variables)."""
+        return dg.DagsterInstance.from_ref(InstanceRef.from_dir(
+            str(self.home), overrides={"storage": {"postgres": {"postgres_url": self.postgres_url}}}))
+
+    def orchestrate(self, *args: str) -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, "-c", ORCHESTRATOR, *args], env=self.env, cwd=REPO_ROOT,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def outcome(process: subprocess.Popen) -> dict:
+    out, err = process.communicate(timeout=RUN_TIMEOUT_S)
+    assert process.returncode == 0, err[-4000:]
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def failure_text(instance: dg.DagsterInstance, run_id: str) -> str:
+    """What the run's failure and error events say, their errors included."""
+    texts = []
+    for record in instance.all_logs(run_id):
+        event = record.dagster_event
+        if event is None or event.event_type not in (dg.DagsterEventType.RUN_FAILURE, dg.DagsterEventType.STEP_FAILURE,
+                                                     dg.DagsterEventType.ENGINE_EVENT):
+            continue
+        error = getattr(event.event_specific_data, "error", None)
+        texts += [event.message or "", error.to_string() if error else ""]
+    return " ".join(texts)
+
+
+def wait_for(what: str, found, timeout: float = RUN_TIMEOUT_S, interval: float = 0.2):
+    deadline = time.monotonic() + timeout
+    while not (value := found()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(interval)
+    return value
+
+
+def stop_worker(worker: subprocess.Popen) -> None:
+    """SIGTERM (Celery's warm shutdown: its step processes finish and exit), SIGKILL if it hangs."""
+    children = descendants(worker.pid)
+    worker.send_signal(signal.SIGTERM)
+    try:
+        worker.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        for pid in [worker.pid, *children]:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        worker.wait()
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory, redis_service, postgres_service):
+    root = tmp_path_factory.mktemp("cluster")
+    postgres_url = postgres_service.create_database("cluster_test")
+    registry = sample_registry(root, llm_recording=str(SAMPLE_DIR / "llm_recording.parquet"))
+    env = cli_env(root / "lake", registry, root / "home", PEERIFY_EXECUTOR="celery",
+                  PEERIFY_REDIS_URL=redis_service.url_for(1), PEERIFY_POSTGRES_URL=postgres_url)
+    # The workers need no Dagster home until a step comes: they start while it is made.
+    workers = {name: start_peerify("worker", "--name", name, env=env, logs=root / name) for name in WORKERS}
+    try:
+        initialised = peerify("cluster", "init", str(root / "home"), env=env, timeout=120)
+        assert initialised.returncode == 0, initialised.stderr
+        assert "the Postgres storage is ready" in initialised.stderr and "missing" not in initialised.stderr
+        for name in WORKERS:
+            wait_for(f"worker {name} to be ready", lambda: " ready." in (root / f"{name}.err").read_text()
+                     or workers[name].poll() is not None, timeout=180)
+            assert workers[name].poll() is None, (root / f"{name}.err").read_text()[-3000:]
+        yield Cluster(root, env, postgres_url, workers)
+    finally:
+        for worker in workers.values():
+            stop_worker(worker)
+
+
+@dataclass
+class KilledAndRetried:
+    first: dict
+    second: dict
+    killed_pid: int
+    killed_in_worker: str
+    recovered_while_running: list[str]
+    seconds: dict[str, float]
+
+
+@pytest.fixture(scope="module")
+def killed_and_retried(cluster) -> KilledAndRetried:
+    """The selection run on the workers with the `llm` pool at one slot; the process running KILLED_STEP is
+    SIGKILLed as the step starts; then the failed run is re-executed from its failure."""
+    instance = cluster.instance()
+    instance.event_log_storage.set_concurrency_slots("llm", 1)
+    started = time.monotonic()
+    orchestrator = cluster.orchestrate("run", json.dumps(selected_assets()))
+    run_id = wait_for("the run to be created", lambda: [r.run_id for r in instance.get_runs(limit=1)])[0]
+    start = wait_for(f"{KILLED_STEP} to start", lambda: [
+        record for record in instance.all_logs(run_id, of_type=dg.DagsterEventType.STEP_START)
+        if record.step_key == KILLED_STEP])[0]
+    # `peerify recover` meanwhile: the run's orchestrator is alive, so the run is not its to fail.
+    recovered = recover_dead_runs(instance)
+    step_pid = start.dagster_event.pid
+    worker = next(name for name, process in cluster.workers.items() if step_pid in descendants(process.pid))
+    os.kill(step_pid, signal.SIGKILL)
+    killed_at, killed_clock = time.monotonic(), time.time()
+    first = outcome(orchestrator)
+    failed_at = time.monotonic()
+    second = outcome(cluster.orchestrate("retry", first["run_id"]))
+    finished = time.monotonic()
+    step_failed = [record.timestamp for record in instance.all_logs(
+        first["run_id"], of_type=dg.DagsterEventType.STEP_FAILURE) if record.step_key == KILLED_STEP]
+    return KilledAndRetried(first, second, step_pid, worker, recovered,
+                            {"until kill": killed_at - started,
+                             "kill to step failure": step_failed[0] - killed_clock if step_failed else None,
+                             "kill to run end": failed_at - killed_at, "re-execution": finished - failed_at,
+                             "total": finished - started})
+
+
+# -- the queue registry and the default path --------------------------------------------------------------------
+def test_queue_tags_route_to_known_queues_only():
+    assert queue_tags("pdf") == {QUEUE_TAG: "pdf"}
+    assert set(QUEUES) == {"pdf", "embedding", "llm", "default"}
+    with pytest.raises(ValueError, match="unknown Celery queue 'gpu'"):
+        queue_tags("gpu")
+
+
+def test_heavy_steps_carry_their_queue_and_the_default_path_never_loads_celery():
+    probe = ("import sys, json\n"
+             "from peerify_dagster.definitions import defs\n"
+             "job = defs.resolve_job_def('build_venue')\n"
+             "tags = {node.name: node.tags.get('dagster-celery/queue') for node in job.graph.node_defs}\n"
+             "print(json.dumps({'tags': tags, 'executor': job.executor_def.name,\n"
+             "                  'celery': sorted(m for m in ('celery', 'dagster_celery') if m in sys.modules)}))\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PEERIFY_")}
+    done = subprocess.run([sys.executable, "-c", probe], env=env, cwd=REPO_ROOT, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen["celery"] == [] and seen["executor"] == "multi_or_in_process_executor"
+    queues = seen["tags"]
+    assert queues["manuscript_pdfs"] == "pdf" and queues["cited_papers"] == "pdf"
+    assert queues["review_claims"] == queues["claim_labels"] == queues["paper_claims"] == "llm"
+    assert queues["citation_evidence"] == "embedding"
+
+
+# -- the Kubernetes run config ------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def k8s_job():
+    from dagster_k8s import k8s_job_executor
+
+    from peerify_dagster.definitions import all_assets, build_resources
+    from peerify_dagster.jobs import build_venue_job
+
+    job = dg.define_asset_job(build_venue_job.name, selection=build_venue_job.selection, executor_def=k8s_job_executor)
+    return dg.Definitions(assets=all_assets, jobs=[job], resources=build_resources()).resolve_job_def(job.name)
+
+
+def test_the_k8s_run_config_validates_against_the_code_locations_job(k8s_job):
+    config = yaml.safe_load(K8S_RUN_CONFIG.read_text())
+    validated = dg.validate_run_config(k8s_job, config)
+    executor = validated["execution"]["k8s"]  # resolved to the job's executor by name
+    assert executor["job_namespace"] == "peerify" and executor["env_secrets"] == ["peerify-secrets"]
+    assert set(executor["per_step_k8s_config"]) == {"parse_shard", "embed_shard"}
+
+
+def test_a_broken_k8s_run_config_fails_validation(k8s_job):
+    config = yaml.safe_load(K8S_RUN_CONFIG.read_text())
+    config["execution"]["config"]["max_concurrent"] = "sixteen"
+    with pytest.raises(dg.DagsterInvalidConfigError, match="max_concurrent"):
+        dg.validate_run_config(k8s_job, config)
+    config = yaml.safe_load(K8S_RUN_CONFIG.read_text())
+    config["execution"]["config"]["job_namesapce"] = "peerify"  # a misspelt key
+    with pytest.raises(dg.DagsterInvalidConfigError, match="job_namesapce"):
+        dg.validate_run_config(k8s_job, config)
+
+
+# -- `peerify cluster init` -------------------------------------------------------------------------------------
+def test_cluster_init_names_every_missing_variable_and_keeps_an_existing_home(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PEERIFY_", "DAGSTER_"))}
+    made = peerify("cluster", "init", str(tmp_path / "home"), env=env)
+    assert made.returncode == 2
+    assert (tmp_path / "home" / "dagster.yaml").read_text() == CLUSTER_INSTANCE.read_text()
+    for name in ("PEERIFY_POSTGRES_URL", "PEERIFY_REDIS_URL", "PEERIFY_EXECUTOR", "PEERIFY_LAKE"):
+        assert f"missing: {name}" in made.stderr
+    again = peerify("cluster", "init", str(tmp_path / "home"), env=env)
+    assert again.returncode == 2 and "pass --force" in again.stderr
+
+
+# -- a run on the workers -------------------------------------------------------------------------------------------
+def test_the_killed_step_fails_its_run_and_the_retry_completes(cluster, killed_and_retried):
+    instance = cluster.instance()
+    first = instance.get_run_by_id(killed_and_retried.first["run_id"])
+    second = instance.get_run_by_id(killed_and_retried.second["run_id"])
+    assert not killed_and_retried.first["success"] and first.status == dg.DagsterRunStatus.FAILURE
+    failure = failure_text(instance, first.run_id)
+    assert f'running step "{KILLED_STEP}" died' in failure and "WorkerLostError" in failure, failure
+    # The rest of the run went on: the steps independent of the killed one were done by the first run.
+    succeeded_first = {record.step_key for record in instance.all_logs(
+        first.run_id, of_type=dg.DagsterEventType.STEP_SUCCESS)}
+    assert {"chunks", "chunk_embeddings.assemble_embeddings", "review_claims"} <= succeeded_first
+    assert killed_and_retried.second["success"] and second.status == dg.DagsterRunStatus.SUCCESS
+    assert second.parent_run_id == first.run_id and second.tags["dagster/partition"] == VENUE
+    # The re-execution ran the killed step and what the failure left undone, not what had succeeded.
+    ran_second = {record.step_key for record in instance.all_logs(
+        second.run_id, of_type=dg.DagsterEventType.STEP_START)}
+    assert KILLED_STEP in ran_second and "raw_openreview_notes" in succeeded_first
+    assert not succeeded_first & ran_second
+    # The worker lived on: Celery replaced the killed process, so both workers still serve.
+    assert all(worker.poll() is None for worker in cluster.workers.values())
+    print(f"\ncluster run seconds: {killed_and_retried.seconds}")
+
+
+def test_steps_ran_in_both_workers_and_several_processes(cluster, killed_and_retried):
+    instance = cluster.instance()
+    run_ids = [killed_and_retried.first["run_id"], killed_and_retried.second["run_id"]]
+    starts = [record for run_id in run_ids
+              for record in instance.all_logs(run_id, of_type=dg.DagsterEventType.STEP_START)]
+    worker_processes = {pid for process in cluster.workers.values() for pid in descendants(process.pid)}
+    pids = {record.dagster_event.pid for record in starts}
+    assert len(pids) >= 2, pids
+    assert killed_and_retried.killed_pid in pids
+    assert pids - {killed_and_retried.killed_pid} <= worker_processes  # not the orchestrator
+    engine_data = [record.dagster_event.engine_event_data for run_id in run_ids
+                   for record in instance.all_logs(run_id, of_type=dg.DagsterEventType.ENGINE_EVENT)]
+    hosts = {str(data.metadata["Celery worker"].value).split("@")[0]
+             for data in engine_data if data and "Celery worker" in data.metadata}
+    assert hosts == set(WORKERS), hosts
+    # A step's queue tag decided where it was submitted.
+    submitted = " ".join(record.dagster_event.message or "" for record in instance.all_logs(
+        run_ids[1], of_type=dg.DagsterEventType.ENGINE_EVENT))
+    assert f'step "{KILLED_STEP}" to queue "llm"' in submitted
+
+
+def test_the_llm_pool_held_across_workers(cluster, killed_and_retried):
+    instance = cluster.instance()
+    intervals = []
+    for run_id in (killed_and_retried.first["run_id"], killed_and_retried.second["run_id"]):
+        run_end = max(record.timestamp for record in instance.all_logs(run_id))
+        for step in LLM_STEPS:
+            begun = [r.timestamp for r in instance.all_logs(run_id, of_type=dg.DagsterEventType.STEP_START)
+                     if r.step_key == step]
+            ended = [r.timestamp for r in instance.all_logs(run_id) if r.step_key == step and r.dagster_event
+                     and r.dagster_event.event_type in (dg.DagsterEventType.STEP_SUCCESS,
+                                                        dg.DagsterEventType.STEP_FAILURE)]
+            if begun:  # a step without an end (none expected: the killed one failed) held its slot to the run's end
+                intervals.append((begun[0], ended[0] if ended else run_end, f"{step} of {run_id}"))
+    assert len(intervals) >= len(LLM_STEPS)
+    intervals.sort()
+    for (_, end, one), (start, _, other) in zip(intervals, intervals[1:]):
+        assert start >= end, f"{other} started before {one} ended"
+
+
+def test_recover_leaves_celery_runs_alone(cluster, killed_and_retried):
+    assert killed_and_retried.recovered_while_running == []
+    instance = cluster.instance()
+    recover_dead_runs(instance)  # both runs ended: their statuses stand
+    assert instance.get_run_by_id(killed_and_retried.first["run_id"]).status == dg.DagsterRunStatus.FAILURE
+    assert instance.get_run_by_id(killed_and_retried.second["run_id"]).status == dg.DagsterRunStatus.SUCCESS
+
+
+def test_nothing_lost_no_call_made_twice_and_tables_equal_the_default_path(cluster, killed_and_retried,
+                                                                          sample_lake):
+    recorded = set(pq.read_table(SAMPLE_DIR / "llm_recording.parquet", columns=["call_id"])["call_id"].to_pylist())
+    rows = ledger_rows(cluster.lake)
+    succeeded = [row["call_id"] for row in rows if row["error"] is None]
+    assert succeeded and len(succeeded) == len(set(succeeded))  # no call answered twice
+    assert set(succeeded) <= recorded  # every answer came from the recording: no call was made live
+    cluster_lake, default_lake = Lake(cluster.lake), Lake(sample_lake)
+    compared = 0
+    for table in selected_assets():
+        if not default_lake.table_path(table, VENUE).exists():
+            continue  # an asset the lake keeps elsewhere (the raw notes' snapshot)
+        assert cluster_lake.read_table(table, VENUE).equals(default_lake.read_table(table, VENUE)), table
+        compared += 1
+    assert compared >= 15
