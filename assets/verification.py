@@ -10,6 +10,9 @@ import polars as pl
 from peerify_dagster.domain.llm_stages import VENUE_CALL_ID_COLUMNS
 from peerify_dagster.partitions import venue_partitions
 from peerify_dagster.resources.dagster_resources import LakeResource
+from peerify_dagster.resources.lake import LEDGER_DIR
+from peerify_dagster.resources.llm_gateway.ledger import segments_in
+from peerify_dagster.resources.store import readable
 
 USAGE_SCHEMA = {
     "venue": pl.String, "model": pl.String, "role": pl.String, "prompt_id": pl.String, "calls": pl.Int64,
@@ -40,7 +43,9 @@ def llm_usage(context: dg.AssetExecutionContext, review_claims: pl.DataFrame, cl
         "citance_enrichment": citance_enrichment, "citation_verdicts": citation_verdicts})
     if call_ids.is_empty():  # no claim needed a call (e.g. no manuscript): there may be no ledger at all
         return pl.DataFrame(schema=USAGE_SCHEMA)
-    ledger = pl.read_parquet(lake.lake().root / "llm_calls" / "*.parquet").unique("call_id", keep="last")
+    # Segment by segment through the store (a folder or an S3 lake), in the order a glob gives them.
+    segments = segments_in(lake.lake().root / LEDGER_DIR)
+    ledger = pl.concat([pl.read_parquet(readable(path)) for path in segments]).unique("call_id", keep="last")
     calls = ledger.join(call_ids, on="call_id", how="inner")
     return (
         calls.group_by("model", "role", "prompt_id")

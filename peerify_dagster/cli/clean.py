@@ -15,6 +15,7 @@ from peerify_dagster.cli.common import EXIT_USAGE, say
 from peerify_dagster.resources.decisions import DECISIONS_DIR
 from peerify_dagster.resources.lake import LEDGER_DIR, RELEASES_DIR, SNAPSHOTS_DIR
 from peerify_dagster.resources.llm_gateway.batches import BATCHES_DIR
+from peerify_dagster.resources.store import LakeStore, Location
 
 
 @dataclass(frozen=True)
@@ -59,15 +60,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def cmd_clean_lake(args: argparse.Namespace) -> int:
-    root = Path(paths.lake_root()).resolve()
+    store = LakeStore(paths.lake_root())
+    root = store.root
     if not root.is_dir():
-        say(f"{root}: no lake there; nothing removed")
+        say(f"{store.url(root)}: no lake there; nothing removed")
         return 0
     from peerify_dagster.resources.runs import lock_holder
     from peerify_dagster.web.security import SECRET_FILE, WEB_DIR
 
-    # A build writing the lake now would lose files under its feet (and its lock file with them).
-    if holders := [holder for lock in sorted(root.glob(".build-*.lock")) if (holder := lock_holder(lock))]:
+    # A build writing the lake now would lose files under its feet (and its lock file with them). An S3 lake's build
+    # locks are in this machine's cache folder: a build on another machine is not seen.
+    if holders := [holder for lock in sorted(store.cache_dir.glob(".build-*.lock")) if (holder := lock_holder(lock))]:
         say(f"not cleaned: {'; '.join(holders)} is building in {root}; run clean-lake again when it has finished")
         return EXIT_USAGE
     irreplaceable = {item.folder: item for item in IRREPLACEABLE}
@@ -91,13 +94,23 @@ def cmd_clean_lake(args: argparse.Namespace) -> int:
             print(f"removed {entry.name}/ ({item.what}), as --also-{item.flag} asked")
         else:
             removed.append(_remove(entry, entry.name))
-    print(f"removed {len(removed)} rebuildable entr{'y' if len(removed) == 1 else 'ies'} from {root}"
+    if store.is_object_store:  # this machine's catalog, staged uploads and PDF copies are made again too
+        for entry in sorted(store.cache_dir.iterdir()) if store.cache_dir.is_dir() else []:
+            if not entry.name.startswith(".build-"):
+                removed.append(_remove(entry, f"{entry.name} (cache folder {store.cache_dir})"))
+    print(f"removed {len(removed)} rebuildable entr{'y' if len(removed) == 1 else 'ies'} from {store.url(root)}"
           + (f": {', '.join(removed)}" if removed else ""))
     return 0
 
 
-def _remove(entry: Path, shown: str) -> str:
-    """Remove a file or a folder (a link, not what it points to); how the output names it."""
+def _remove(entry: Location, shown: str) -> str:
+    """Remove a file or a folder (a link, not what it points to; every object under a prefix on S3); how the output
+    names it."""
     folder = entry.is_dir() and not entry.is_symlink()
-    shutil.rmtree(entry) if folder else entry.unlink()
+    if not isinstance(entry, Path):
+        entry.fs.rm(entry.path, recursive=folder)
+    elif folder:
+        shutil.rmtree(entry)
+    else:
+        entry.unlink()
     return f"{shown}/" if folder else shown

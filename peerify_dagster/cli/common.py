@@ -11,7 +11,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from peerify_dagster import paths
+from peerify_dagster import deployment, paths
 from peerify_dagster.domain.venues import SOURCE_UPLOAD, Venue, load_registry
 
 EXIT_USAGE = 2
@@ -37,6 +37,14 @@ def refuse_upload(venue: Venue, command: str) -> None:
                           f"up to its predictions): {command} is for a benchmark venue (labels, slices, metrics), "
                           "which an upload never is; `peerify verify` builds it, and its result is "
                           f"{Path(paths.uploads_root()) / venue.key / 'result.html'}")
+
+
+def refuse_object_store_lake(command: str, lake: str) -> None:
+    """ConfigError for a command that needs the lake to be a folder on this machine (the web app's uploads, sign-in
+    secrets and verification jobs are local files beside the lake) given an object-store lake."""
+    if deployment.is_object_store(lake):
+        raise ConfigError(f"{command} needs a folder lake on this machine, not {lake}: its uploads, annotator "
+                          "secrets and verification jobs are local files; point PEERIFY_LAKE at a folder")
 
 
 def say(line: str) -> None:

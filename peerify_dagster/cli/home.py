@@ -59,9 +59,12 @@ def open_home(holder: str, capture_step_output: bool = True) -> dg.DagsterInstan
             f"waiting for {other} to finish setting up the Dagster home"))
     except DagsterError as exc:
         raise ConfigError(f"Dagster home {home}: {one_line(exc)}") from None
-    removed = remove_stale_temporaries(Lake(paths.lake_root()).root)
+    # Temporaries are local files: in the lake folder, or for an S3 lake in this machine's cache folder (an S3
+    # object is written by one PUT, so a killed writer leaves none in the bucket).
+    local_folder = Lake(paths.lake_root()).store.cache_dir
+    removed = remove_stale_temporaries(local_folder)
     if removed:
-        lines.append(f"removed {len(removed)} temporary file(s) left by killed writers under {paths.lake_root()}")
+        lines.append(f"removed {len(removed)} temporary file(s) left by killed writers under {local_folder}")
     for line in lines:
         say(f"recover: {line}")
     return instance

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from peerify_dagster import paths
 from peerify_dagster.cli.common import format_table, say
@@ -20,7 +19,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def cmd_llm_batches(args: argparse.Namespace) -> int:
     from peerify_dagster.resources.llm_gateway.batches import BatchRecords
 
-    records = BatchRecords(Path(paths.lake_root()))
+    records = BatchRecords(paths.lake_root())
     rows = [(record.model, record.batch_id or "(unknown)", record.status, record.provider_status or "",
              len(record.call_ids), record.counts.get("succeeded", ""), record.counts.get("failed", ""),
              record.submitted_at[:19], str(records.path(record.key).name)) for record in records.all()]

@@ -23,7 +23,7 @@ import polars as pl
 from peerify_dagster import paths
 from peerify_dagster.cli.common import guarded, say
 from peerify_dagster.domain import arbitration as arb
-from peerify_dagster.resources.annotation import LeaseStore, queue_opaque_ids
+from peerify_dagster.resources.annotation import AnnotationError, LeaseStore, queue_opaque_ids
 from peerify_dagster.resources.decisions import Decision, DecisionLedger, LedgerError, current_decisions, new_decision
 from peerify_dagster.resources.files import write_atomic
 from peerify_dagster.resources.lake import Lake, UnreadablePartitionError
@@ -126,7 +126,7 @@ def cmd_decisions_import(args: argparse.Namespace) -> int:
     return 0
 
 
-_guarded = guarded(QueueCommandError)
+_guarded = guarded(QueueCommandError, AnnotationError)  # an S3 lake without Postgres: no leases
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

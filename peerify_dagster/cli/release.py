@@ -89,7 +89,7 @@ def cmd_release(args: argparse.Namespace) -> int:
         raise ReleaseUsageError(f"{paths.registry_path()}: venue(s) {unknown} are not registered")
     for venue in dict.fromkeys(args.venue):
         refuse_upload(registry[venue], "`peerify release`")
-    target = Path(paths.lake_root()).resolve() / RELEASES_DIR / version
+    target = Lake(paths.lake_root()).root / RELEASES_DIR / version  # a folder, or a prefix of an S3 lake
     if target.exists():
         raise ReleaseUsageError(f"release {version} already exists at {target}; a release is never overwritten: "
                                 "choose a new version")

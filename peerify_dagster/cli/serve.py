@@ -11,7 +11,7 @@ import socket
 from pathlib import Path
 
 from peerify_dagster import paths
-from peerify_dagster.cli.common import ConfigError, guarded, say
+from peerify_dagster.cli.common import ConfigError, guarded, refuse_object_store_lake, say
 
 DEFAULT_HOST, DEFAULT_PORT = "127.0.0.1", 8400
 MIN_TOKEN_LENGTH = 16
@@ -55,6 +55,7 @@ def address(host: str, port: int, token: str | None) -> str:
 def cmd_serve(args: argparse.Namespace) -> int:
     from peerify_dagster.web.security import TOKEN_ENV, annotator_pass
 
+    refuse_object_store_lake("`peerify serve`", args.lake or paths.lake_root())
     lake_root = Path(args.lake or paths.lake_root())
     if not lake_root.is_dir():
         raise ConfigError(f"no lake at {lake_root}: build a venue first (`make demo` builds the sample)")

@@ -10,7 +10,8 @@ import argparse
 import os
 from pathlib import Path
 
-from peerify_dagster.cli.common import ConfigError, say
+from peerify_dagster import paths
+from peerify_dagster.cli.common import ConfigError, refuse_object_store_lake, say
 from peerify_dagster.domain import uploads
 from peerify_dagster.domain.citation_view import format_citations
 
@@ -55,6 +56,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     for flag, limit in (("--max-cost-usd", args.max_cost_usd), ("--max-tokens", args.max_tokens)):
         if limit is not None and limit < 0:
             raise ConfigError(f"{flag} {limit}: a budget is zero or more")
+    refuse_object_store_lake("`peerify verify`", paths.lake_root())
     by_forum = args.venue is not None or args.forum is not None
     if by_forum and (args.pdf or args.review or args.response):
         raise ConfigError("verify takes --pdf/--review/--response or --venue/--forum, not both (a forum's PDF, "

@@ -9,7 +9,8 @@ Modes:
 - `consensus`: audit items on which the audit's two annotators disagree and nobody has settled.
 
 Leases (domain/leases.py) live in `<lake>/human_decisions/<venue slug>/leases.json`, read and replaced under an
-exclusive lock (a flock on `leases.lock` beside it; a Postgres advisory lock in the cluster profile), so every
+exclusive lock (a flock on `leases.lock` beside it; a Postgres advisory lock in the cluster profile, and always for
+an S3 lake, which has no file to lock and refuses leases without PEERIFY_POSTGRES_URL), so every
 process sharing the lake (server workers, terminals) agrees on who holds what. A decision is checked (the item still
 open, not held by someone else) and appended under that same lock, so two annotators never record the same item
 twice even when a lease ran out in between; `peerify decisions import` reads and appends the ledger under it too
@@ -34,15 +35,17 @@ from pathlib import Path
 
 import polars as pl
 
+from peerify_dagster import deployment
 from peerify_dagster.domain import arbitration, audit, leases
 from peerify_dagster.domain.label_metrics import confusion_matrix
 from peerify_dagster.domain.labels import LABELS, NOT_DETERMINED, NOT_SUPPORTED, PARTIALLY_SUPPORTED, SUPPORTED
 from peerify_dagster.resources import audit_sample
 from peerify_dagster.resources.decisions import Decision, DecisionLedger, current_decisions, decisions_dir, \
     new_decision
-from peerify_dagster.resources.files import fsync_path, temporary_path, write_json_atomic
+from peerify_dagster.resources.files import fsync_path, json_bytes, temporary_path
 from peerify_dagster.resources.lake import Lake, UnreadablePartitionError, partition_slug
 from peerify_dagster.resources.locks import exclusive
+from peerify_dagster.resources.store import LakeStore, Location
 
 MODES = ("arbitration", "audit", "consensus")
 # The keys that decide, the same in the terminal and the browser.
@@ -71,11 +74,15 @@ def lake_table(lake: Lake, table: str, venue: str, built_by: str) -> pl.DataFram
 
 
 # -- opaque ids -------------------------------------------------------------------------------------------------
-def item_id_secret(lake_root: str | Path, venue: str) -> bytes:
-    """The venue's item id secret, made on first use. Linked into place, never renamed over: two processes making it
-    at once agree on the first one, and no reader sees half of it."""
+def item_id_secret(lake_root: str | Location, venue: str) -> bytes:
+    """The venue's item id secret, made on first use. Linked into place (created only if absent on S3), never
+    renamed over: two processes making it at once agree on the first one, and no reader sees half of it."""
     path = decisions_dir(lake_root, venue) / SECRET_FILE
-    if not path.exists():
+    store = LakeStore(lake_root)
+    if store.is_object_store:
+        if not path.exists():
+            store.create(path, secrets.token_hex(32).encode("ascii"))  # False: another process's came first
+    elif not path.exists():
         temporary = temporary_path(path)
         try:
             temporary.write_text(secrets.token_hex(32))
@@ -102,9 +109,12 @@ def queue_opaque_ids(lake_root: str | Path, venue: str, queue_rows: list[dict]) 
 class LeaseStore:
     """The venue's leases in the lake; `locked()` is the only way to read or change them."""
 
-    def __init__(self, lake_root: str | Path, venue: str):
+    def __init__(self, lake_root: str | Location, venue: str):
         folder = decisions_dir(lake_root, venue)
-        self.path, self.lock_path = folder / LEASES_FILE, folder / LEASES_LOCK
+        self.store = LakeStore(lake_root)
+        self.path = folder / LEASES_FILE
+        # An S3 lake has no file to lock: its leases' lock is Postgres's alone (resources/locks.py).
+        self.lock_path = None if self.store.is_object_store else folder / LEASES_LOCK
         self.lock_name = f"leases {partition_slug(venue)}"  # resources/locks.py: across machines in the cluster profile
 
     def _read(self) -> list[leases.Lease]:
@@ -116,12 +126,15 @@ class LeaseStore:
     @contextmanager
     def locked(self) -> Iterator[list[leases.Lease]]:
         """The current leases, under the lock; the list as the block leaves it is stored (only when changed)."""
+        if self.lock_path is None and not deployment.postgres_url():
+            raise AnnotationError(f"the leases of an S3 lake ({self.store.url(self.path)}) are replaced whole, "
+                                  "which only a lock across machines keeps safe: set PEERIFY_POSTGRES_URL")
         with exclusive(self.lock_name, self.lock_path):
             stored = self._read()
             current = list(stored)
             yield current
             if current != stored:
-                write_json_atomic(self.path, leases.to_records(current))
+                self.store.write_bytes(self.path, json_bytes(leases.to_records(current)))
 
     def snapshot(self) -> list[leases.Lease]:
         with self.locked() as current:

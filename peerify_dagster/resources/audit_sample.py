@@ -13,11 +13,12 @@ from pathlib import Path
 
 import polars as pl
 
+from peerify_dagster import deployment
 from peerify_dagster.domain.audit import audit_annotators
 from peerify_dagster.resources.decisions import Decision, DecisionLedger, LedgerProblem, current_decisions, \
     decisions_dir
-from peerify_dagster.resources.files import atomic_path
 from peerify_dagster.resources.locks import exclusive
+from peerify_dagster.resources.store import Location, readable
 
 SAMPLE_FILE = "audit_sample.parquet"
 AUDIT_LEDGER = "audit"
@@ -33,7 +34,7 @@ class AuditSampleRefused(RuntimeError):
     """The stored sample was kept; the message says why and what to do."""
 
 
-def sample_path(lake_root: str | Path, venue: str) -> Path:
+def sample_path(lake_root: str | Location, venue: str) -> Location:
     return decisions_dir(lake_root, venue) / SAMPLE_FILE
 
 
@@ -42,14 +43,14 @@ def read_sample(lake_root: str | Path, venue: str) -> pl.DataFrame | None:
     path = sample_path(lake_root, venue)
     if not path.exists():
         return None
-    return pl.read_parquet(path).sort("draw_order")
+    return pl.read_parquet(readable(path)).sort("draw_order")
 
 
 def sample_version_of(sample: pl.DataFrame) -> str | None:
     return sample["audit_sample_version"][0] if sample.height else None
 
 
-def write_sample(lake_root: str | Path, venue: str, sample: pl.DataFrame, force: bool) -> Path:
+def write_sample(lake_root: str | Location, venue: str, sample: pl.DataFrame, force: bool) -> Location:
     """Store `sample` as the venue's audit sample unless one exists (without `force`) or has decisions."""
     path = sample_path(lake_root, venue)
     ledger = DecisionLedger(lake_root, venue, AUDIT_LEDGER)
@@ -66,12 +67,18 @@ def write_sample(lake_root: str | Path, venue: str, sample: pl.DataFrame, force:
             raise AuditSampleRefused(
                 f"an audit sample of {venue} already exists (version {version}, {stored.height} items, {path}); "
                 "pass --force to draw it again (allowed only while nobody has labelled it)")
-    ledger.path.parent.mkdir(parents=True, exist_ok=True)
-    with exclusive(ledger.lock_name, ledger.path):  # DecisionLedger.append takes the same lock: no decision lands
+    if ledger.store.is_object_store and not deployment.postgres_url():
+        raise AuditSampleRefused(f"an S3 lake's audit sample is checked against its decisions under a lock across "
+                                 f"machines: set PEERIFY_POSTGRES_URL to draw the sample of {venue}")
+    # DecisionLedger.append takes the same lock: no decision lands. An S3 lake has no file to lock: Postgres's only.
+    lock_path = None if ledger.store.is_object_store else ledger.path
+    if lock_path is not None:
+        lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with exclusive(ledger.lock_name, lock_path):
         if ledger.line_count() != contents.line_count:
             raise AuditSampleRefused(f"audit decisions for {venue} arrived while the sample was checked; "
                                      "run the command again")
-        with atomic_path(path) as temporary:
+        with ledger.store.writing(path) as temporary:
             sample.write_parquet(temporary)
     return path
 

@@ -7,6 +7,10 @@ Only `DecisionLedger.append` writes it, never an asset.
 Durability: an append takes the file's exclusive lock (a flock on it; across machines in the cluster profile, a
 Postgres advisory lock: resources/locks.py), writes all its lines with one O_APPEND write and fsyncs before
 returning, so two annotators appending at once never lose a decision and a decision reported saved is on disk.
+In an S3 lake (no append there) the same bytes are one object, rewritten whole by each append: read, checked, and
+put back with the new lines at its end, all under the cross-machine lock, so that an append never loses another's
+(an S3 lake without PEERIFY_POSTGRES_URL refuses to append: nothing would keep two writers apart); a reader sees
+the object before or after an append, never part of one.
 Each line carries the id and size of the append it belongs to (`batch_id`, `batch_size`): an append torn by a crash
 shows as a batch with lines missing and is ignored whole (all or nothing per call), and a garbled line is reported
 with its line number while the rest of the file loads.
@@ -20,13 +24,14 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from datetime import UTC, datetime
-from pathlib import Path
 
+from peerify_dagster import deployment
 from peerify_dagster.domain import records
 from peerify_dagster.domain.labels import LABELS
 from peerify_dagster.resources.files import fsync_path
 from peerify_dagster.resources.lake import partition_slug
 from peerify_dagster.resources.locks import exclusive, shared
+from peerify_dagster.resources.store import LakeStore, Location, location_of
 
 DECISIONS_DIR = "human_decisions"  # beside the lake's tables; `decisions` is the program chairs' table
 LEDGER_KINDS = ("arbitration", "audit")  # the ledger files of a venue
@@ -126,12 +131,12 @@ class LedgerContents:
     line_count: int = 0  # lines in the file, readable or not (a trailing partial line counts)
 
 
-def decisions_dir(lake_root: str | Path, venue: str) -> Path:
-    """The folder of a venue's ledgers (and of its audit sample)."""
-    return Path(lake_root) / DECISIONS_DIR / partition_slug(venue)
+def decisions_dir(lake_root: str | Location, venue: str) -> Location:
+    """The folder of a venue's ledgers (and of its audit sample): a Path, or an S3 prefix for an S3 lake."""
+    return location_of(lake_root) / DECISIONS_DIR / partition_slug(venue)
 
 
-def ledger_line_count(path: Path) -> int:
+def ledger_line_count(path: Location) -> int:
     """Lines in a ledger file without parsing it (what the canonical-label sensor compares)."""
     if not path.exists():
         return 0
@@ -142,10 +147,11 @@ def ledger_line_count(path: Path) -> int:
 class DecisionLedger:
     """One venue's ledger of one kind (`arbitration` or `audit`)."""
 
-    def __init__(self, lake_root: str | Path, venue: str, kind: str = "arbitration"):
+    def __init__(self, lake_root: str | Location, venue: str, kind: str = "arbitration"):
         if kind not in LEDGER_KINDS:
             raise ValueError(f"ledger kind {kind!r} is not one of {LEDGER_KINDS}")
         self.venue, self.kind = venue, kind
+        self.store = LakeStore(lake_root)
         self.path = decisions_dir(lake_root, venue) / f"{kind}.jsonl"
         # The lock guarding the file (resources/locks.py): a flock on the file itself on one machine.
         self.lock_name = f"decisions {partition_slug(venue)}/{kind}"
@@ -157,6 +163,8 @@ class DecisionLedger:
         """Every readable decision in file order; unreadable lines and interrupted appends as problems."""
         if not self.path.exists():
             return LedgerContents()
+        if self.store.is_object_store:  # an append replaces the whole object: it is seen all or not at all
+            return self._parse(self.path.read_bytes())
         with shared(self.lock_name, self.path):  # an append in progress finishes first: no half line is seen
             data = self.path.read_bytes()
         return self._parse(data)
@@ -165,6 +173,9 @@ class DecisionLedger:
         """Append the decisions as one unit: all are on disk when this returns, or none is written (LedgerError)."""
         if not decisions:
             return
+        if self.store.is_object_store:
+            self._rewrite_with(decisions)
+            return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         created = not self.path.exists()
         with exclusive(self.lock_name, self.path):
@@ -172,18 +183,34 @@ class DecisionLedger:
         if created:
             fsync_path(self.path.parent)
 
+    def _rewrite_with(self, decisions: Sequence[Decision]) -> None:
+        """An S3 lake's append: the whole object read, checked and put back with the new lines, under the lock that
+        holds across machines (Postgres), so no concurrent append is lost."""
+        if not deployment.postgres_url():
+            raise LedgerError(f"refused to append to {self.store.url(self.path)}: an S3 lake's decisions are "
+                              "rewritten whole on each append, which only a lock across machines keeps safe; set "
+                              "PEERIFY_POSTGRES_URL (the cluster profile's Postgres)")
+        with exclusive(self.lock_name, None):
+            existing = self.path.read_bytes() if self.path.exists() else b""
+            self.store.write_bytes(self.path, existing + self._new_lines(decisions, existing))
+
+    def _new_lines(self, decisions: Sequence[Decision], existing: bytes) -> bytes:
+        """The lines appending `decisions` to a ledger holding `existing` (LedgerError when any is refused)."""
+        problems = self._append_problems(decisions, self._parse(existing).decisions)
+        if problems:
+            raise LedgerError(f"refused to append to {self.store.url(self.path)}: " + "; ".join(problems))
+        batch = {"batch_id": uuid.uuid4().hex, "batch_size": len(decisions)}
+        lines = records.jsonl_bytes({**asdict(decision), **batch} for decision in decisions)
+        if existing and not existing.endswith(b"\n"):  # a torn line from a crash stays a line of its own
+            lines = b"\n" + lines
+        return lines
+
     def _append_locked(self, decisions: Sequence[Decision]) -> None:
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
             with open(self.path, "rb") as reader:
                 existing = reader.read()
-            problems = self._append_problems(decisions, self._parse(existing).decisions)
-            if problems:
-                raise LedgerError(f"refused to append to {self.path}: " + "; ".join(problems))
-            batch = {"batch_id": uuid.uuid4().hex, "batch_size": len(decisions)}
-            lines = records.jsonl_bytes({**asdict(decision), **batch} for decision in decisions)
-            if existing and not existing.endswith(b"\n"):  # a torn line from a crash stays a line of its own
-                lines = b"\n" + lines
+            lines = self._new_lines(decisions, existing)
             try:
                 _write_all(fd, lines)
                 os.fsync(fd)

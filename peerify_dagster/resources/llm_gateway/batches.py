@@ -20,12 +20,11 @@ import json
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any, Protocol
 
 from peerify_dagster.domain.llm_calls import Message, canonical_json, estimate_cost_usd
 from peerify_dagster.domain.predictions import estimated_tokens
-from peerify_dagster.resources.files import atomic_path, fsync_path
+from peerify_dagster.resources.files import fsync_path
 from peerify_dagster.resources.llm_gateway.backends import (
     DEFAULT_MAX_TOKENS,
     AnthropicBackend,
@@ -38,6 +37,7 @@ from peerify_dagster.resources.llm_gateway.errors import LLMGatewayError
 from peerify_dagster.resources.llm_gateway.limits import Budget
 from peerify_dagster.resources.llm_gateway.registry import ModelSpec
 from peerify_dagster.resources.locks import exclusive
+from peerify_dagster.resources.store import LakeStore, Location
 
 BATCHES_DIR = "llm_batches"
 BATCH_PRICE_FACTOR = 0.5  # both providers bill batched requests at half their list prices
@@ -88,21 +88,27 @@ def batch_key(model: str, call_ids: Sequence[str]) -> str:
 class BatchRecords:
     """The batch records of a lake, and the lock (per model) under which they are read, submitted and collected."""
 
-    def __init__(self, lake_root: Path):
-        self.directory = Path(lake_root) / BATCHES_DIR
+    def __init__(self, lake_root: str | Location):
+        self.store = LakeStore(lake_root)
+        self.directory = self.store.root / BATCHES_DIR
+        # The lock files are local: in the records' folder of a folder lake, in this machine's cache folder for an
+        # S3 lake (whose locks across machines are Postgres's, resources/locks.py).
+        self.lock_directory = self.store.cache_dir / BATCHES_DIR
 
-    def path(self, key: str) -> Path:
+    def path(self, key: str) -> Location:
         return self.directory / f"{key}.json"
 
     def write(self, record: BatchRecord) -> None:
-        """Replace the record whole, on disk (fsynced) when this returns: it names a batch being paid for."""
-        with atomic_path(self.path(record.key)) as temporary:
+        """Replace the record whole, durable when this returns (fsynced locally; one PUT on S3): it names a batch
+        being paid for."""
+        with self.store.writing(self.path(record.key)) as temporary:
             temporary.write_text(json.dumps(asdict(record), ensure_ascii=False, indent=1), encoding="utf-8")
             fsync_path(temporary)
-        fsync_path(self.directory)
+        if not self.store.is_object_store:
+            fsync_path(self.directory)
 
     def remove(self, record: BatchRecord) -> None:
-        self.path(record.key).unlink(missing_ok=True)
+        self.store.delete(self.path(record.key))
 
     def read(self, key: str) -> BatchRecord | None:
         path = self.path(key)
@@ -130,7 +136,7 @@ class BatchRecords:
         """Held while a model's records are read and submitted, and while one is collected: two workers mapping the
         same calls never submit them twice, nor collect one batch twice."""
         digest = hashlib.sha256(model.encode()).hexdigest()[:16]
-        with exclusive(f"llm batches of model {model}", self.directory / f".{digest}.lock"):
+        with exclusive(f"llm batches of model {model}", self.lock_directory / f".{digest}.lock"):
             yield
 
 

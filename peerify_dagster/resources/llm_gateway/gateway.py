@@ -141,7 +141,7 @@ class LLMGateway:
         # A batch model's `map` polls its provider batch every batch_poll_s for up to batch_wait_s (0: once).
         self.batch_poll_s = batch_poll_s
         self.batch_wait_s = batch_wait_s
-        self.batches = BatchRecords(Path(lake_root))
+        self.batches = BatchRecords(lake_root)
         self._started_at = datetime.now(UTC)
         self._sleep = sleep
         self._rng = random.Random()

@@ -35,7 +35,7 @@ import pyarrow.parquet as pq
 
 from peerify_dagster.resources.files import fsync_path
 from peerify_dagster.resources.lake import LEDGER_DIR
-from peerify_dagster.resources.locks import exclusive
+from peerify_dagster.resources.locks import LockTimeout, exclusive
 from peerify_dagster.resources.store import LakeStore, readable
 
 logger = logging.getLogger(__name__)
@@ -248,41 +248,44 @@ class CallLedger:
 
         Returns the segments written; [] when there was nothing to merge or another process is compacting.
         """
-        self.local_directory.mkdir(parents=True, exist_ok=True)
-        # Per machine for an S3 lake: two machines compacting at once write some rows twice, which readers and the
-        # next compaction already treat as one (the same call_id and created_at).
-        with open(self.local_directory / ".compaction.lock", "a+b") as lock:
+        # One compaction at a time across every process sharing the lake (a lock of resources/locks.py: across
+        # machines in the cluster profile); whoever finds it taken leaves the merging to its holder. Nothing in the
+        # compaction takes a lock of its own, so a LockTimeout can only be the compaction lock's.
+        try:
+            with exclusive("llm ledger compaction", self.local_directory / ".compaction.lock", timeout_s=0):
+                return self._compact_alone()
+        except LockTimeout:
+            return []
+
+    def _compact_alone(self) -> list[Path]:
+        """`compact` while holding the compaction lock."""
+        with self._lock:
+            self._appended_since_compaction = 0
+        self._remove_stale_claims()
+        sources = sorted(self.directory.glob(f"{CALL_SEGMENT_PREFIX}*.parquet"))
+        if not sources:
+            return []
+        stored = self._stored_keys()
+        tables, merged_sources = [], []
+        for source in sources:
             try:
-                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                return []
-            with self._lock:
-                self._appended_since_compaction = 0
-            self._remove_stale_claims()
-            sources = sorted(self.directory.glob(f"{CALL_SEGMENT_PREFIX}*.parquet"))
-            if not sources:
-                return []
-            stored = self._stored_keys()
-            tables, merged_sources = [], []
-            for source in sources:
-                try:
-                    table = self._read(source, None)
-                except FileNotFoundError:
-                    continue
-                if table is not None:
-                    tables.append(table)
-                    merged_sources.append(source)
-            rows = _new_rows(pa.concat_tables(tables), stored) if tables else pa.Table.from_pylist([], LEDGER_SCHEMA)
-            written = [self._write_segment(PART_SEGMENT_PREFIX, rows.slice(start, SEGMENT_MAX_ROWS))
-                       for start in range(0, rows.num_rows, SEGMENT_MAX_ROWS)]
-            with self._lock:
-                for row in rows.select(_INDEX_COLUMNS).to_pylist():
-                    self._index(row)
-                self._indexed_segments.update(path.name for path in written)
-            for source in merged_sources:
-                self.store.delete(source)
-            self._fsync_directory(self.directory)
-            return written
+                table = self._read(source, None)
+            except FileNotFoundError:
+                continue
+            if table is not None:
+                tables.append(table)
+                merged_sources.append(source)
+        rows = _new_rows(pa.concat_tables(tables), stored) if tables else pa.Table.from_pylist([], LEDGER_SCHEMA)
+        written = [self._write_segment(PART_SEGMENT_PREFIX, rows.slice(start, SEGMENT_MAX_ROWS))
+                   for start in range(0, rows.num_rows, SEGMENT_MAX_ROWS)]
+        with self._lock:
+            for row in rows.select(_INDEX_COLUMNS).to_pylist():
+                self._index(row)
+            self._indexed_segments.update(path.name for path in written)
+        for source in merged_sources:
+            self.store.delete(source)
+        self._fsync_directory(self.directory)
+        return written
 
     def _stored_keys(self) -> set[tuple[str, datetime]]:
         """(call_id, created_at) of every row in the compacted segments."""
