@@ -5,6 +5,7 @@ what a test sees. Tests that need one of them set it themselves with monkeypatch
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -30,6 +31,14 @@ def _isolated_session_environment():
         for name in [name for name in os.environ if isolated(name)]:
             patch.delenv(name)
         yield
+
+
+@pytest.fixture
+def models_file(request: pytest.FixtureRequest, tmp_path) -> Path:
+    """The test module's model registry (its `MODELS_YAML`) as a models file."""
+    path = tmp_path / "models.yaml"
+    path.write_text(request.module.MODELS_YAML, encoding="utf-8")
+    return path
 
 
 # -- the web app's tests (helpers in tests/web_support.py) -------------------------------------------------------------

@@ -65,13 +65,6 @@ PROVIDERS = ["gpt", "claude"]
 
 
 @pytest.fixture
-def models_file(tmp_path: Path) -> Path:
-    path = tmp_path / "models.yaml"
-    path.write_text(MODELS_YAML, encoding="utf-8")
-    return path
-
-
-@pytest.fixture
 def batch_server() -> Iterator[BatchServer]:
     with BatchServer() as server:
         yield server

@@ -109,13 +109,6 @@ def json_answer(payload: dict[str, Any]):
 
 
 @pytest.fixture
-def models_file(tmp_path: Path) -> Path:
-    path = tmp_path / "models.yaml"
-    path.write_text(MODELS_YAML, encoding="utf-8")
-    return path
-
-
-@pytest.fixture
 def openai_server() -> Iterator[ScriptedOpenAIServer]:
     with ScriptedOpenAIServer(retry_after_s=1) as server:
         yield server

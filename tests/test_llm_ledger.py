@@ -58,13 +58,6 @@ with LLMGateway(lake, models_file=models, request_timeout_s=60) as gateway:
 
 
 @pytest.fixture
-def models_file(tmp_path: Path) -> Path:
-    path = tmp_path / "models.yaml"
-    path.write_text(MODELS_YAML, encoding="utf-8")
-    return path
-
-
-@pytest.fixture
 def server() -> Iterator[ScriptedOpenAIServer]:
     with ScriptedOpenAIServer() as scripted:
         yield scripted
