@@ -31,7 +31,7 @@ from peerify_dagster.paths import REPO_ROOT
 from peerify_dagster.resources.lake import CATALOG_FILE, LEDGER_DIR, partition_slug
 from peerify_dagster.resources.runs import recover_dead_runs
 from peerify_dagster.testing.cli import (LEDGER_COLUMNS, SAMPLE_DIR, cli_env, descendants, peerify, sample_registry,
-                                         start_peerify)
+                                         start_peerify, stop_process)
 from peerify_dagster.testing.services import SeaweedS3Service
 
 VENUE = "sample"
@@ -140,21 +140,6 @@ def wait_for(what: str, found, timeout: float = RUN_TIMEOUT_S, interval: float =
     return value
 
 
-def stop_worker(worker: subprocess.Popen) -> None:
-    """SIGTERM (Celery's warm shutdown: its step processes finish and exit), SIGKILL if it hangs."""
-    children = descendants(worker.pid)
-    worker.send_signal(signal.SIGTERM)
-    try:
-        worker.wait(timeout=60)
-    except subprocess.TimeoutExpired:
-        for pid in [worker.pid, *children]:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        worker.wait()
-
-
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory, redis_service, postgres_service, s3_service):
     root = tmp_path_factory.mktemp("cluster")
@@ -179,7 +164,7 @@ def cluster(tmp_path_factory, redis_service, postgres_service, s3_service):
         yield Cluster(root, env, postgres_url, workers, s3_service)
     finally:
         for worker in workers.values():
-            stop_worker(worker)
+            stop_process(worker)
 
 
 @dataclass

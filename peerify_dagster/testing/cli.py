@@ -131,6 +131,24 @@ def descendants(pid: int) -> list[int]:
     return found + [grandchild for child in found for grandchild in descendants(child)]
 
 
+def stop_process(process: subprocess.Popen, grace_s: float = 60) -> None:
+    """SIGTERM `process` (a Celery worker's warm shutdown lets its step processes end), then SIGKILL it and every
+    process that was below it, by PID, if it has not exited within `grace_s`."""
+    if process.poll() is not None:
+        return
+    below = descendants(process.pid)
+    process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        for pid in [process.pid, *below]:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        process.wait()
+
+
 def listening_ports(pid: int) -> list[int]:
     """TCP ports `pid` listens on: its socket descriptors matched against the kernel's socket tables."""
     inodes = set()
