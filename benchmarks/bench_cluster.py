@@ -27,7 +27,6 @@ import argparse
 import dataclasses
 import hashlib
 import json
-import os
 import signal
 import subprocess
 import sys
