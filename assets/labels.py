@@ -13,6 +13,7 @@ from peerify_dagster.domain.labels import LABELS, NOT_DETERMINED
 from peerify_dagster.domain.llm_calls import estimate_tokens
 from peerify_dagster.domain.prompts import prompts_code_version, template_hash
 from peerify_dagster.domain.retrieval import STATUS_OK, build_retrievers, paper_index_loader, retrieve_claims
+from peerify_dagster.domain.shards import shard_count
 from peerify_dagster.partitions import venue_partitions
 from peerify_dagster.resources.dagster_resources import (
     EmbeddingResource,
@@ -21,7 +22,15 @@ from peerify_dagster.resources.dagster_resources import (
     VenueRegistryResource,
     markdown_preview,
 )
-from peerify_dagster.resources.llm_steps import progress_logger, usage_metadata, venue_gateway
+from peerify_dagster.resources.llm_gateway.registry import ModelRegistry
+from peerify_dagster.resources.llm_steps import progress_logger, shard_usage_metadata, usage_frame, venue_gateway
+from peerify_dagster.resources.shard_io import (
+    POSITION,
+    SHARD_IO_MANAGER,
+    SHARD_SCHEMA,
+    assemble_shards,
+    split_into_shards,
+)
 
 CLAIM_LABELS_CODE_VERSION = f"claim-labels-v1-{prompts_code_version([lab.THREAD_PROMPT, lab.MANUSCRIPT_PROMPT])}"
 AGREEMENT_CODE_VERSION = "labeller-agreement-v2"
@@ -98,24 +107,21 @@ def _answer_fields(result) -> dict:
             "evidence_quotes": lab.answer_quotes(parsed), "call_id": result.call_id or None, "error": error}
 
 
-@dg.asset(partitions_def=venue_partitions, group_name="labels", kinds={"python", "parquet"},
-          code_version=CLAIM_LABELS_CODE_VERSION, pool="llm", op_tags=queue_tags("llm"),
-          check_specs=[dg.AssetCheckSpec("four_rows_per_claim", asset="claim_labels", blocking=True,
-                                         description="Every review claim was labelled once by each labeller "
-                                                     "against each source, and every label is one of the four (or "
-                                                     "none when the answer did not parse).")])
-def claim_labels(context: dg.AssetExecutionContext, review_claims: pl.DataFrame, author_responses: pl.DataFrame,
-                 reviewer_followups: pl.DataFrame, chunks: pl.DataFrame, chunk_embeddings: pl.DataFrame,
-                 lake: LakeResource, llm: LLMGatewayResource, embedding_model: EmbeddingResource,
-                 venue_registry: VenueRegistryResource):
-    """One row per (claim, source, labeller): roles `labeller_a` and `labeller_b` label every review claim against
-    its review thread (`source` thread, prompt `label_rebuttal`: author text only, never the manuscript) and against
-    the manuscript (`source` manuscript, prompt `label_manuscript`: chunks only, never the thread). The venue's
-    `labelling:` options choose the evidence (see peerify_dagster/domain/labelling.py); `evidence_mode`,
-    `evidence_text` and `evidence_tokens` record exactly what each labeller saw. A review without author response
-    gives thread rows `Not Determined` without a call; a paper without chunks gives `no_manuscript` rows; evidence
-    that does not fit the model's context window is an error row, never truncated. An answer whose label is not one
-    of the four is kept (`raw_label`) with `label` null and `parse_ok` false."""
+# The planned rows of claim_labels carry the claim a called row's prompt asks about; the assembly drops it.
+PLANNED_LABEL_SCHEMA = {**CLAIM_LABEL_SCHEMA, "claim_text": _TEXT}
+# Each labelling prompt and the variable its evidence fills.
+PROMPT_EVIDENCE = ((lab.THREAD_PROMPT, "author_response"), (lab.MANUSCRIPT_PROMPT, "evidence"))
+
+
+@dg.op(out=dg.DynamicOut(pl.DataFrame, io_manager_key=SHARD_IO_MANAGER))
+def plan_claim_labels(context: dg.OpExecutionContext, review_claims: pl.DataFrame, author_responses: pl.DataFrame,
+                      reviewer_followups: pl.DataFrame, chunks: pl.DataFrame, chunk_embeddings: pl.DataFrame,
+                      lake: LakeResource, llm: LLMGatewayResource, embedding_model: EmbeddingResource,
+                      venue_registry: VenueRegistryResource):
+    """Every (claim, source, labeller) row of the venue in its final order, with the evidence the labeller sees,
+    in shards of the venue's papers: the rows that need a call carry their prompt, the others are complete. The
+    evidence is chosen here for the whole venue (the retrieval ranks each claim's own manuscript's chunks; no model
+    is called), so only the labellers' calls run per shard."""
     venue = venue_registry.venue(context.partition_key)
     config = lab.LabellingConfig.from_mapping(venue.labelling)
     claims = review_claims.sort("claim_order")
@@ -131,48 +137,100 @@ def claim_labels(context: dg.AssetExecutionContext, review_claims: pl.DataFrame,
             context.log.warning(f"{len(problems)} claims got no ranking from {config.retriever}: {problems}")
     threads = _threads(claims, author_responses, reviewer_followups, config)
     hashes = {prompt: template_hash(prompt) for prompt in (lab.THREAD_PROMPT, lab.MANUSCRIPT_PROMPT)}
+    models = ModelRegistry.load(profile=llm.profile)
     rows: list[dict] = []
+    for labeller, role in lab.LABELLER_ROLES.items():
+        _, spec = models.resolve(role)
+        budget = lab.ContextBudget(spec.name, spec.context_window,
+                                   int(spec.decoding.get("max_tokens") or DEFAULT_ANSWER_TOKENS))
+        evidence = {row["claim_id"]: lab.manuscript_evidence(config, row["claim_text"],
+                                                             chunks_by_paper.get(row["paper_id"], []),
+                                                             rankings.get(row["claim_id"], []), budget)
+                    for row in claims.iter_rows(named=True)}
+        plan = [(row, lab.SOURCE_THREAD, lab.THREAD_PROMPT, threads[row["claim_id"]].text, [],
+                 threads[row["claim_id"]].mode) for row in claims.iter_rows(named=True)]
+        plan += [(row, lab.SOURCE_MANUSCRIPT, lab.MANUSCRIPT_PROMPT, evidence[row["claim_id"]].text,
+                  evidence[row["claim_id"]].chunk_ids, evidence[row["claim_id"]].mode)
+                 for row in claims.iter_rows(named=True)]
+        for row, source, prompt, text, chunk_ids, mode in plan:
+            base = {"venue": venue.key, "claim_id": row["claim_id"], "paper_id": row["paper_id"],
+                    "review_id": row["review_id"], "source": source, "labeller": labeller, "role": role,
+                    "evidence_chunk_ids": chunk_ids, "evidence_mode": mode, "evidence_text": text,
+                    "evidence_tokens": estimate_tokens(text) if text is not None else None}
+            if text is not None:
+                rows.append({**base, "prompt_id": prompt, "prompt_hash": hashes[prompt],
+                             "claim_text": row["claim_text"]})
+            elif mode == lab.MODE_NO_AUTHOR_RESPONSE:
+                rows.append({**base, "label": NOT_DETERMINED, "parse_ok": True, "evidence_quotes": [],
+                             "justification": "rule: the review has no author response, so no call is made"})
+            else:
+                rows.append({**base, "model": spec.name, "parse_ok": False, "evidence_quotes": [],
+                             "error": evidence[row["claim_id"]].error})
+    planned = pl.DataFrame(rows, schema=PLANNED_LABEL_SCHEMA)
+    shards = shard_count(planned["paper_id"].n_unique(), venue.shards)
+    context.log.info(f"{planned.height} label rows of {planned['paper_id'].n_unique()} papers in {shards} shard(s)")
+    yield from split_into_shards(planned, planned["paper_id"].to_list(), shards)
+
+
+@dg.op(out={"labels": dg.Out(pl.DataFrame, io_manager_key=SHARD_IO_MANAGER),
+            "usage": dg.Out(pl.DataFrame, io_manager_key=SHARD_IO_MANAGER)},
+       pool="llm", tags=queue_tags("llm"))
+def label_shard(context: dg.OpExecutionContext, shard: pl.DataFrame, lake: LakeResource, llm: LLMGatewayResource,
+                venue_registry: VenueRegistryResource):
+    """Each labeller's answer for the shard's rows that need a call, per labeller and prompt in the venue's order."""
+    answers = {}  # position -> the labeller's answer
     with venue_gateway(context, llm, lake, venue_registry) as gateway:
         gateway.preflight(list(lab.LABELLER_ROLES.values()))
-        for labeller, role in lab.LABELLER_ROLES.items():
-            _, spec = gateway.registry.resolve(role)
-            budget = lab.ContextBudget(spec.name, spec.context_window,
-                                       int(spec.decoding.get("max_tokens") or DEFAULT_ANSWER_TOKENS))
-            evidence = {row["claim_id"]: lab.manuscript_evidence(config, row["claim_text"],
-                                                                 chunks_by_paper.get(row["paper_id"], []),
-                                                                 rankings.get(row["claim_id"], []), budget)
-                        for row in claims.iter_rows(named=True)}
-            plan = [(row, lab.SOURCE_THREAD, lab.THREAD_PROMPT, threads[row["claim_id"]].text, [],
-                     threads[row["claim_id"]].mode) for row in claims.iter_rows(named=True)]
-            plan += [(row, lab.SOURCE_MANUSCRIPT, lab.MANUSCRIPT_PROMPT, evidence[row["claim_id"]].text,
-                      evidence[row["claim_id"]].chunk_ids, evidence[row["claim_id"]].mode)
-                     for row in claims.iter_rows(named=True)]
-            answers = {}
-            for prompt, variable in ((lab.THREAD_PROMPT, "author_response"), (lab.MANUSCRIPT_PROMPT, "evidence")):
-                todo = [(row, text) for row, _, p, text, _, _ in plan if p == prompt and text is not None]
-                results = gateway.map(role, prompt, [{"claim": row["claim_text"], variable: text} for row, text in todo],
+        for role in lab.LABELLER_ROLES.values():
+            for prompt, variable in PROMPT_EVIDENCE:
+                todo = shard.filter((pl.col("role") == role) & (pl.col("prompt_id") == prompt))
+                results = gateway.map(role, prompt, [{"claim": claim, variable: text} for claim, text in
+                                                     todo.select("claim_text", "evidence_text").iter_rows()],
                                       role=role, progress=progress_logger(context, f"{role} {prompt}"))
-                answers.update({(row["claim_id"], prompt): result for (row, _), result in zip(todo, results)})
-            for row, source, prompt, text, chunk_ids, mode in plan:
-                base = {"venue": venue.key, "claim_id": row["claim_id"], "paper_id": row["paper_id"],
-                        "review_id": row["review_id"], "source": source, "labeller": labeller, "role": role,
-                        "evidence_chunk_ids": chunk_ids, "evidence_mode": mode, "evidence_text": text,
-                        "evidence_tokens": estimate_tokens(text) if text is not None else None}
-                if text is not None:
-                    rows.append({**base, **_answer_fields(answers[(row["claim_id"], prompt)]), "prompt_id": prompt,
-                                 "prompt_hash": hashes[prompt]})
-                elif mode == lab.MODE_NO_AUTHOR_RESPONSE:
-                    rows.append({**base, "label": NOT_DETERMINED, "parse_ok": True, "evidence_quotes": [],
-                                 "justification": "rule: the review has no author response, so no call is made"})
-                else:
-                    rows.append({**base, "model": spec.name, "parse_ok": False, "evidence_quotes": [],
-                                 "error": evidence[row["claim_id"]].error})
-        usage = usage_metadata(gateway)
-    frame = pl.DataFrame(rows, schema=CLAIM_LABEL_SCHEMA)
-    yield dg.Output(frame, metadata={**usage, **_labels_metadata(frame, config)})
-    failing = lab.incomplete_claims(claims["claim_id"], frame.select("claim_id", "source", "labeller", "label").rows())
-    yield dg.AssetCheckResult(check_name="four_rows_per_claim", passed=not failing,
+                answers.update(zip(todo[POSITION], results))
+        usage = usage_frame(gateway)
+    rows = [{**row, **_answer_fields(answers[row[POSITION]])} if row[POSITION] in answers else row
+            for row in shard.iter_rows(named=True)]
+    yield dg.Output(pl.DataFrame(rows, schema={**PLANNED_LABEL_SCHEMA, **SHARD_SCHEMA}), output_name="labels")
+    yield dg.Output(usage, output_name="usage")
+
+
+@dg.op(out={"claim_labels": dg.Out(pl.DataFrame), "four_rows_per_claim": dg.Out()})
+def assemble_claim_labels(context: dg.OpExecutionContext, review_claims: pl.DataFrame, labels: list[pl.DataFrame],
+                          usage: list[pl.DataFrame], venue_registry: VenueRegistryResource):
+    """The venue's label rows from its shards', in the planned order, and the `four_rows_per_claim` check."""
+    config = lab.LabellingConfig.from_mapping(venue_registry.venue(context.partition_key).labelling)
+    frame, sharding = assemble_shards(labels)
+    frame = frame.select(list(CLAIM_LABEL_SCHEMA))
+    yield dg.Output(frame, output_name="claim_labels",
+                    metadata={**shard_usage_metadata(usage), **_labels_metadata(frame, config), **sharding})
+    failing = lab.incomplete_claims(review_claims["claim_id"],
+                                    frame.select("claim_id", "source", "labeller", "label").rows())
+    yield dg.AssetCheckResult(asset_key="claim_labels", check_name="four_rows_per_claim", passed=not failing,
                               metadata={"failing_ids": dg.MetadataValue.json(sorted(failing)[:200])})
+
+
+@dg.graph_asset(partitions_def=venue_partitions, group_name="labels", kinds={"python", "parquet"},
+                code_version=CLAIM_LABELS_CODE_VERSION,
+                check_specs=[dg.AssetCheckSpec("four_rows_per_claim", asset="claim_labels", blocking=True,
+                                               description="Every review claim was labelled once by each labeller "
+                                                           "against each source, and every label is one of the four "
+                                                           "(or none when the answer did not parse).")])
+def claim_labels(review_claims: pl.DataFrame, author_responses: pl.DataFrame, reviewer_followups: pl.DataFrame,
+                 chunks: pl.DataFrame, chunk_embeddings: pl.DataFrame):
+    """One row per (claim, source, labeller): roles `labeller_a` and `labeller_b` label every review claim against
+    its review thread (`source` thread, prompt `label_rebuttal`: author text only, never the manuscript) and against
+    the manuscript (`source` manuscript, prompt `label_manuscript`: chunks only, never the thread). The venue's
+    `labelling:` options choose the evidence (see peerify_dagster/domain/labelling.py); `evidence_mode`,
+    `evidence_text` and `evidence_tokens` record exactly what each labeller saw. A review without author response
+    gives thread rows `Not Determined` without a call; a paper without chunks gives `no_manuscript` rows; evidence
+    that does not fit the model's context window is an error row, never truncated. An answer whose label is not one
+    of the four is kept (`raw_label`) with `label` null and `parse_ok` false. The labellers' calls run one step per
+    shard of the venue's papers."""
+    labels, usage = plan_claim_labels(review_claims, author_responses, reviewer_followups, chunks,
+                                      chunk_embeddings).map(label_shard)
+    frame, check = assemble_claim_labels(review_claims, labels.collect(), usage.collect())
+    return {"result": frame, "claim_labels_four_rows_per_claim": check}
 
 
 @dg.asset(partitions_def=venue_partitions, group_name="labels", kinds={"python", "parquet"},

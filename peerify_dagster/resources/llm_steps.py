@@ -1,12 +1,15 @@
 """What every LLM-calling asset shares: the venue's gateway (with its recorded calls installed), a progress log and
-the usage metadata of a step."""
+the usage metadata of a step (summed over its shards when it runs per shard)."""
 
+import dataclasses
 from collections.abc import Callable
 from contextlib import contextmanager
 
 import dagster as dg
+import polars as pl
 
 from peerify_dagster.resources.dagster_resources import LakeResource, LLMGatewayResource, VenueRegistryResource
+from peerify_dagster.resources.llm_gateway.results import UsageCounters
 from peerify_dagster.resources.llm_recording import install_recording
 
 
@@ -32,7 +35,24 @@ def progress_logger(context: dg.AssetExecutionContext, what: str) -> Callable:
 
 
 def usage_metadata(gateway) -> dict:
-    usage = gateway.usage()["by_model"]
+    return shard_usage_metadata([usage_frame(gateway)])
+
+
+# A step's usage counters per model as a table, so a sharded step's shards pass theirs to its assembly.
+USAGE_SCHEMA = {"model": pl.String, **{field.name: pl.Float64 if field.type in (float, "float") else pl.Int64
+                                       for field in dataclasses.fields(UsageCounters)}}
+
+
+def usage_frame(gateway) -> pl.DataFrame:
+    """The gateway's usage counters, one row per model (in the order the models were first used)."""
+    return pl.DataFrame([{"model": model, **counters} for model, counters in gateway.usage()["by_model"].items()],
+                        schema=USAGE_SCHEMA)
+
+
+def shard_usage_metadata(usages: list[pl.DataFrame]) -> dict:
+    """The usage metadata of a step from its shards' usage frames: the counters summed per model."""
+    whole = pl.concat(usages).group_by("model", maintain_order=True).sum()
+    usage = {row.pop("model"): row for row in whole.iter_rows(named=True)}
     return {"calls_made": sum(u["calls"] for u in usage.values()),
             "cache_hits": sum(u["cache_hits"] for u in usage.values()),
             "usage_by_model": dg.MetadataValue.json(usage)}

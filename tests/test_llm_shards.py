@@ -1,0 +1,151 @@
+"""The LLM stages of a venue (review_claims, claim_types, paper_claims, claim_labels) run one step per shard of its
+papers: the sample built in 3 shards gives the tables 1 shard gives, byte for byte, every call answered from the
+shipped recording (calls are keyed by their content, not by the step that makes them); and a shard whose LLM step
+fails is the only one a re-execution from failure runs again."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+from contextlib import contextmanager
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from peerify_dagster.definitions import build_resources, defs
+from peerify_dagster.domain.shards import shard_key, shard_of
+from peerify_dagster.partitions import venue_partitions
+from peerify_dagster.resources.dagster_resources import LLMGatewayResource, VenueRegistryResource
+from peerify_dagster.resources.lake import Lake
+from peerify_dagster.resources.shard_io import SHARDS_DIR
+from tests.support import SAMPLE_DIR, materialization_metadata, sample_registry
+
+VENUE = "sample"
+SHARDS = 3
+RECORDING = SAMPLE_DIR / "llm_recording.parquet"
+# Each LLM stage's asset and its mapped (per shard) step.
+LLM_STEPS = {"review_claims": "extract_shard", "claim_types": "type_shard", "paper_claims": "write_paper_claims_shard",
+             "claim_labels": "label_shard"}
+TABLES = ["review_claims", "claims_dropped", "claim_types", "paper_claims", "paper_claims_dropped", "claim_labels"]
+FAIL_FLAG = "LLM_SHARDS_TEST_FAIL_FLAG"  # while the file it names exists, a call about the claim it holds raises
+
+
+@pytest.fixture(scope="module")
+def unsharded(sample_lake) -> Path:
+    """The session's sample build (`peerify build sample` the default way, answered by the recording: 1 shard)."""
+    return sample_lake
+
+
+def sharded_copy(one_shard_lake: Path, folder: Path, shards: int) -> tuple[Path, Path]:
+    """A copy of the one-shard lake (the stages' inputs, the ledger holding the recording) and a registry giving the
+    sample `shards`."""
+    lake_root = folder / "lake"
+    shutil.copytree(one_shard_lake, lake_root)
+    return sample_registry(folder, llm_recording=str(RECORDING), shards=shards), lake_root
+
+
+def file_digest(lake_root: Path, table: str) -> str:
+    return hashlib.sha256(Lake(lake_root).table_path(table, VENUE).read_bytes()).hexdigest()
+
+
+def shard_files(lake_root: Path, asset: str) -> list[str]:
+    """The shards an LLM stage's mapped step wrote its answers for (resources/shard_io.py's `_shards/` tables)."""
+    step = f"{asset}.{LLM_STEPS[asset]}"
+    output = next(path for path in (lake_root / SHARDS_DIR).iterdir() if path.name.startswith(f"{step}."))
+    return sorted(path.stem for path in (output / VENUE).glob("*.parquet"))
+
+
+def test_the_default_build_runs_each_llm_stage_in_one_shard(unsharded):
+    for asset in LLM_STEPS:
+        assert shard_files(unsharded, asset) == [shard_key(0)], asset
+
+
+def test_three_shards_give_the_tables_one_shard_gives(unsharded, tmp_path, monkeypatch):
+    monkeypatch.setenv("PEERIFY_LLM_CACHE_MODE", "replay-only")
+    registry, lake_root = sharded_copy(unsharded, tmp_path, SHARDS)
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions(venue_partitions.name, [VENUE])
+    result = dg.materialize(list(defs.assets), selection=TABLES, instance=instance, partition_key=VENUE,
+                            resources=build_resources(str(lake_root),
+                                                      venue_registry=VenueRegistryResource(path=str(registry))),
+                            raise_on_error=False)
+    assert result.success
+    lake = Lake(lake_root)
+    for asset, step in LLM_STEPS.items():
+        papers = set(lake.read_table(asset, VENUE)["paper_id"])
+        expected = sorted({shard_of(paper, SHARDS) for paper in papers})
+        assert len(expected) > 1, asset  # the sample's papers really are spread over several shards
+        started = sorted(e.step_key for e in result.all_events if e.is_step_start and f".{step}[" in e.step_key)
+        assert started == [f"{asset}.{step}[{shard_key(shard)}]" for shard in expected], asset
+        assert materialization_metadata(result, asset, "shards") == [len(expected)], asset
+        assert materialization_metadata(result, asset, "calls_made") == [0], asset
+    for table in TABLES:  # byte for byte: the same rows in the same order, the same call ids
+        assert file_digest(lake_root, table) == file_digest(unsharded, table), table
+    assert not list((lake_root / "llm_calls").glob("call-*.parquet"))
+
+
+# -- a failed shard re-runs alone ---------------------------------------------------------------------------------
+class FlakyLLMGatewayResource(LLMGatewayResource):
+    """The real gateway, except that a batch of calls asking about the claim in the file named by FAIL_FLAG raises
+    while that file exists: a worker lost in the middle of one shard's calls."""
+
+    @contextmanager
+    def gateway(self, lake, run_id: str):
+        with super().gateway(lake, run_id) as gateway:
+            real_map = gateway.map
+
+            def flaky_map(target, prompt_id, items, *args, **kwargs):
+                flag = Path(os.environ[FAIL_FLAG])
+                if flag.exists() and any(item.get("claim") == flag.read_text() for item in items):
+                    raise RuntimeError(f"worker lost while calling {target} about {flag.read_text()!r}")
+                return real_map(target, prompt_id, items, *args, **kwargs)
+
+            gateway.map = flaky_map
+            yield gateway
+
+
+def typing_job() -> dg.JobDefinition:
+    """claim_types alone, with the flaky gateway; the lake and registry from PEERIFY_LAKE and PEERIFY_VENUES (a
+    reconstructable job is rebuilt from this function in the run's process)."""
+    job = dg.define_asset_job("sharded_typing", selection=["claim_types"], partitions_def=venue_partitions)
+    return dg.Definitions(assets=list(defs.assets), jobs=[job],
+                          resources=build_resources(llm=FlakyLLMGatewayResource())).resolve_job_def(job.name)
+
+
+def test_a_failed_llm_shard_is_the_only_step_a_reexecution_runs(unsharded, tmp_path, monkeypatch):
+    registry, lake_root = sharded_copy(unsharded, tmp_path, SHARDS)
+    claims = Lake(lake_root).read_table("review_claims", VENUE)
+    failing_claim = claims.row(0, named=True)
+    shard_steps = {f"claim_types.type_shard[{shard_key(shard_of(paper, SHARDS))}]" for paper in claims["paper_id"]}
+    Lake(lake_root).table_path("claim_types", VENUE).unlink()  # what the re-execution must write again
+    flag = tmp_path / "fail"
+    flag.write_text(failing_claim["claim_text"])
+    for name, value in (("PEERIFY_LAKE", str(lake_root)), ("PEERIFY_VENUES", str(registry)), (FAIL_FLAG, str(flag)),
+                        ("PEERIFY_LLM_CACHE_MODE", "replay-only")):
+        monkeypatch.setenv(name, value)
+    failing_step = f"claim_types.type_shard[{shard_key(shard_of(failing_claim['paper_id'], SHARDS))}]"
+    in_process = {"execution": {"config": {"in_process": {}}}}
+    (tmp_path / "home").mkdir()
+    with dg.instance_for_test(temp_dir=str(tmp_path / "home")) as instance:
+        instance.add_dynamic_partitions(venue_partitions.name, [VENUE])
+        job = dg.reconstructable(typing_job)
+        with dg.execute_job(job, instance, run_config=in_process, tags={"dagster/partition": VENUE},
+                            raise_on_error=False) as first:
+            assert not first.success
+            failed = {e.step_key for e in first.all_events if e.is_step_failure}
+            succeeded = {e.step_key for e in first.all_events if e.is_step_success}
+            run_id = first.run_id
+        assert failed == {failing_step} and len(shard_steps) > 1
+        assert shard_steps - succeeded == failed  # the other shards completed
+        assert not Lake(lake_root).table_path("claim_types", VENUE).exists()  # nothing assembled from a part
+
+        flag.unlink()  # the worker is back
+        with dg.execute_job(job, instance, run_config=in_process, tags={"dagster/partition": VENUE},
+                            reexecution_options=dg.ReexecutionOptions.from_failure(run_id, instance),
+                            raise_on_error=False) as again:
+            assert again.success
+            ran = {e.step_key for e in again.all_events if e.is_step_start}
+    assert ran == {failing_step, "claim_types.assemble_claim_types"}
+    assert file_digest(lake_root, "claim_types") == file_digest(unsharded, "claim_types")
