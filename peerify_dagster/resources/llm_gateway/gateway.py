@@ -70,7 +70,7 @@ from peerify_dagster.resources.llm_gateway.errors import (
     TransientError,
 )
 from peerify_dagster.resources.llm_gateway.ledger import CallLedger, QuarantinedSegment
-from peerify_dagster.resources.llm_gateway.limits import Budget, concurrency_limit, request_rate_limit
+from peerify_dagster.resources.llm_gateway.limits import Budget, concurrency_limit, open_budget, request_rate_limit
 from peerify_dagster.resources.llm_gateway.registry import DECODING_KEYS, ModelRegistry, ModelSpec, chosen_setting
 from peerify_dagster.resources.llm_gateway.results import CallResult, UsageCounters
 from peerify_dagster.resources.local_llm import LocalLlamaServer, local_server_available
@@ -163,8 +163,8 @@ class LLMGateway:
         (the earlier runs of a `peerify build`, none for its first) of the whole build."""
         if max_cost_usd is None and max_tokens is None:
             return Budget(None, None)
-        _, tokens, cost = self.ledger.spent_by_runs([*(budget_run_ids or ()), self.run_id])
-        return Budget(max_cost_usd, max_tokens, "run" if budget_run_ids is None else "build", tokens, cost)
+        return open_budget(max_cost_usd, max_tokens, "run" if budget_run_ids is None else "build", self.run_id,
+                           budget_run_ids or (), self.ledger.spent_by_runs)
 
     # -- configuration ---------------------------------------------------------------------------
     def models_for_role(self, role: str) -> list[str]:

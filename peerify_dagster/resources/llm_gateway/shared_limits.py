@@ -9,6 +9,8 @@ atomically and on its own clock (so the workers' clocks need not agree):
   stops renewing, and its slot is free once its lease ends, so no slot is kept forever;
 - `next-start`: when the next request may start (ms); each start reserves the one after it, one interval later, as
   the in-process `RateLimiter` does.
+A run's spend (`peerify:run-spend:<run id>`, a hash of `tokens` and `cost_usd`) is shared the same way, so every
+step of the run, on any worker, checks the run's budget against what all of them spent (limits.Budget).
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ logger = logging.getLogger(__name__)
 # `redis` is imported where it is used: it comes with the `cluster` extra, absent from a single-machine install.
 
 KEY_PREFIX = "peerify:model-limits"
+RUN_SPEND_PREFIX = "peerify:run-spend"
+RUN_SPEND_TTL_S = 3 * 24 * 3600  # renewed on each spend: only a run idle for days loses its count (then reseeded)
 DEFAULT_LEASE_S = 30.0
 _POLL_FIRST_S, _POLL_MAX_S = 0.01, 0.25
 
@@ -58,6 +62,17 @@ if renewed > 0 then redis.call('PEXPIRE', KEYS[1], ARGV[1]) end
 return renewed
 """
 
+# KEYS[1] a run's spend; ARGV: tokens, cost_usd, ttl s. Raises each field to at least the given spend.
+_SEED_SPEND = """
+if tonumber(redis.call('HGET', KEYS[1], 'tokens') or '0') < tonumber(ARGV[1]) then
+  redis.call('HSET', KEYS[1], 'tokens', ARGV[1])
+end
+if tonumber(redis.call('HGET', KEYS[1], 'cost_usd') or '0') < tonumber(ARGV[2]) then
+  redis.call('HSET', KEYS[1], 'cost_usd', ARGV[2])
+end
+redis.call('EXPIRE', KEYS[1], ARGV[3])
+"""
+
 # KEYS[1] next-start; ARGV: interval ms. How long (ms) the caller waits before its request starts.
 _RESERVE_START = _NOW_MS + """
 local start = math.max(now, tonumber(redis.call('GET', KEYS[1]) or '0'))
@@ -75,9 +90,9 @@ def _client(url: str) -> Any:
     return redis.Redis.from_url(url, socket_timeout=10, socket_connect_timeout=10, health_check_interval=30)
 
 
-def _unreachable(model: str, error: Exception) -> BackendUnavailableError:
-    return BackendUnavailableError(f"model {model!r}: the shared model limits in the Redis of PEERIFY_REDIS_URL "
-                                   f"cannot be used ({' '.join(str(error).split())})")
+def _unreachable(what: str, error: Exception) -> BackendUnavailableError:
+    return BackendUnavailableError(f"{what}: the shared limits in the Redis of PEERIFY_REDIS_URL cannot be used "
+                                   f"({' '.join(str(error).split())})")
 
 
 class SharedConcurrencyLimit:
@@ -106,7 +121,7 @@ class SharedConcurrencyLimit:
                 time.sleep(pause * random.uniform(0.5, 1.0))  # jittered: waiting workers do not poll in step
                 pause = min(pause * 2, _POLL_MAX_S)
         except redis.RedisError as error:
-            raise _unreachable(self.model, error) from error
+            raise _unreachable(f"model {self.model!r}", error) from error
         with self._held_lock:
             self._held.add(token)
             if self._renewer is None:
@@ -168,6 +183,46 @@ class SharedRateLimiter:
         try:
             wait_ms = self._reserve(keys=[self.key], args=[self.interval_ms])
         except redis.RedisError as error:
-            raise _unreachable(self.model, error) from error
+            raise _unreachable(f"model {self.model!r}", error) from error
         if wait_ms > 0:
             self._sleep(wait_ms / 1000)
+
+
+class SharedRunSpend:
+    """What one run has spent (tokens, cost), counted by every process of the run sharing the Redis at `url`.
+
+    Seeded at open with what the ledger already holds for the run (`tokens`, `cost_usd`: steps that ran before the
+    counter existed, a re-executed run, a count lost to its expiry): each field is raised to at least that, never
+    lowered. A call's row reaches the ledger before its spend reaches the counter, so a process opening while another
+    is between the two counts that call twice: the run stops early by at most the calls in flight, never late."""
+
+    def __init__(self, url: str, run_id: str, tokens: int, cost_usd: float):
+        import redis
+
+        self.run_id = run_id
+        self.key = f"{RUN_SPEND_PREFIX}:{run_id}"
+        self._redis = _client(url)
+        try:
+            self._redis.register_script(_SEED_SPEND)(keys=[self.key], args=[tokens, repr(cost_usd), RUN_SPEND_TTL_S])
+        except redis.RedisError as error:
+            raise _unreachable(f"run {run_id}'s budget", error) from error
+
+    def spent(self) -> tuple[int, float]:
+        """Tokens and cost the run's processes have spent so far."""
+        import redis
+
+        try:
+            tokens, cost = self._redis.hmget(self.key, ["tokens", "cost_usd"])
+        except redis.RedisError as error:
+            raise _unreachable(f"run {self.run_id}'s budget", error) from error
+        return int(tokens or 0), float(cost or 0.0)
+
+    def add(self, tokens: int, cost_usd: float) -> None:
+        import redis
+
+        try:
+            with self._redis.pipeline(transaction=True) as pipe:  # MULTI: both fields and the expiry at once
+                pipe.hincrby(self.key, "tokens", tokens).hincrbyfloat(self.key, "cost_usd", cost_usd)
+                pipe.expire(self.key, RUN_SPEND_TTL_S).execute()
+        except redis.RedisError as error:
+            raise _unreachable(f"run {self.run_id}'s budget", error) from error
