@@ -36,9 +36,10 @@ services:
 	  SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
 	  $$SUDO apt-get update -q && $$SUDO apt-get install -y -q redis-server postgresql; }
 
-## test: install, then run the test suite
+## test: install, then run the test suite in two worker processes, one per core (pytest-xdist; a module's tests stay
+## in one worker, so its module-scoped builds are made once)
 test: install browser services
-	$(VENV)/bin/pytest -q
+	$(VENV)/bin/pytest -q -n 2 --dist loadfile
 
 ## dev: the Dagster UI with the asset graph; `peerify recover` first fails runs whose process died, frees their slots
 dev: install $(DAGSTER_HOME)/dagster.yaml
