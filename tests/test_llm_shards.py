@@ -5,7 +5,6 @@ fails is the only one a re-execution from failure runs again."""
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 from contextlib import contextmanager
@@ -20,6 +19,8 @@ from peerify_dagster.partitions import venue_partitions
 from peerify_dagster.resources.dagster_resources import LLMGatewayResource, VenueRegistryResource
 from peerify_dagster.resources.lake import Lake
 from peerify_dagster.resources.shard_io import SHARDS_DIR
+from tests import shard_support
+from tests.shard_support import fail_then_reexecute
 from tests.support import SAMPLE_DIR, materialization_metadata, sample_registry
 
 VENUE = "sample"
@@ -47,7 +48,7 @@ def sharded_copy(one_shard_lake: Path, folder: Path, shards: int) -> tuple[Path,
 
 
 def file_digest(lake_root: Path, table: str) -> str:
-    return hashlib.sha256(Lake(lake_root).table_path(table, VENUE).read_bytes()).hexdigest()
+    return shard_support.file_digest(lake_root, table, VENUE)
 
 
 def shard_files(lake_root: Path, asset: str) -> list[str]:
@@ -126,26 +127,9 @@ def test_a_failed_llm_shard_is_the_only_step_a_reexecution_runs(unsharded, tmp_p
                         ("PEERIFY_LLM_CACHE_MODE", "replay-only")):
         monkeypatch.setenv(name, value)
     failing_step = f"claim_types.type_shard[{shard_key(shard_of(failing_claim['paper_id'], SHARDS))}]"
-    in_process = {"execution": {"config": {"in_process": {}}}}
-    (tmp_path / "home").mkdir()
-    with dg.instance_for_test(temp_dir=str(tmp_path / "home")) as instance:
-        instance.add_dynamic_partitions(venue_partitions.name, [VENUE])
-        job = dg.reconstructable(typing_job)
-        with dg.execute_job(job, instance, run_config=in_process, tags={"dagster/partition": VENUE},
-                            raise_on_error=False) as first:
-            assert not first.success
-            failed = {e.step_key for e in first.all_events if e.is_step_failure}
-            succeeded = {e.step_key for e in first.all_events if e.is_step_success}
-            run_id = first.run_id
-        assert failed == {failing_step} and len(shard_steps) > 1
-        assert shard_steps - succeeded == failed  # the other shards completed
-        assert not Lake(lake_root).table_path("claim_types", VENUE).exists()  # nothing assembled from a part
-
-        flag.unlink()  # the worker is back
-        with dg.execute_job(job, instance, run_config=in_process, tags={"dagster/partition": VENUE},
-                            reexecution_options=dg.ReexecutionOptions.from_failure(run_id, instance),
-                            raise_on_error=False) as again:
-            assert again.success
-            ran = {e.step_key for e in again.all_events if e.is_step_start}
-    assert ran == {failing_step, "claim_types.assemble_claim_types"}
+    runs = fail_then_reexecute(dg.reconstructable(typing_job), VENUE, tmp_path / "home", flag,
+                               Lake(lake_root).table_path("claim_types", VENUE))
+    assert runs.failed == {failing_step} and len(shard_steps) > 1
+    assert shard_steps - runs.succeeded == runs.failed  # the other shards completed
+    assert runs.reran == {failing_step, "claim_types.assemble_claim_types"}
     assert file_digest(lake_root, "claim_types") == file_digest(unsharded, "claim_types")

@@ -25,7 +25,8 @@ from peerify_dagster.resources.dagster_resources import DocumentParserResource, 
 from peerify_dagster.resources.lake import Lake
 from peerify_dagster.resources.shard_io import SHARD, assemble_shards, split_into_shards
 from peerify_dagster.testing.cli import write_registry
-from tests import fixtures_pdf
+from tests import fixtures_pdf, shard_support
+from tests.shard_support import fail_then_reexecute
 
 VENUE = "synthetic"
 SHARDS = 3
@@ -151,7 +152,7 @@ def build(folder: Path, shards: int) -> tuple[dg.ExecuteInProcessResult, Path]:
 
 
 def file_digest(lake_root: Path, table: str) -> str:
-    return hashlib.sha256(Lake(lake_root).table_path(table, VENUE).read_bytes()).hexdigest()
+    return shard_support.file_digest(lake_root, table, VENUE)
 
 
 @pytest.fixture(scope="module")
@@ -245,28 +246,10 @@ def test_a_failed_shard_is_the_only_step_a_reexecution_runs(unsharded, tmp_path,
     monkeypatch.setenv("PEERIFY_VENUES", str(registry))
     monkeypatch.setenv(FAIL_FLAG, str(flag))
     failing_step = f"parsed_manuscripts.parse_shard[{shard_key(shard_of(FAILING_PAPER, SHARDS))}]"
-    in_process = {"execution": {"config": {"in_process": {}}}}
-    (tmp_path / "home").mkdir()
-    with dg.instance_for_test(temp_dir=str(tmp_path / "home")) as instance:
-        instance.add_dynamic_partitions(venue_partitions.name, [VENUE])
-        job = dg.reconstructable(parsing_job)
-        with dg.execute_job(job, instance, run_config=in_process, tags={"dagster/partition": VENUE},
-                            raise_on_error=False) as first:
-            assert not first.success
-            failed = {e.step_key for e in first.all_events if e.is_step_failure}
-            succeeded = {e.step_key for e in first.all_events if e.is_step_success}
-            run_id = first.run_id
-        assert failed == {failing_step}
-        assert {f"parsed_manuscripts.parse_shard[{shard_key(s)}]" for s in range(SHARDS)} - succeeded == failed
-        assert not Lake(lake_root).table_path("parsed_manuscripts", VENUE).exists()  # nothing assembled from a part
-
-        flag.unlink()  # the worker is back
-        # execute_job takes the re-execution's tags as given (the UI copies the parent's): the partition again.
-        with dg.execute_job(job, instance, run_config=in_process, tags={"dagster/partition": VENUE},
-                            reexecution_options=dg.ReexecutionOptions.from_failure(run_id, instance),
-                            raise_on_error=False) as again:
-            assert again.success
-            ran = {e.step_key for e in again.all_events if e.is_step_start}
-    assert ran == {failing_step, "parsed_manuscripts.assemble_parsed"}
+    runs = fail_then_reexecute(dg.reconstructable(parsing_job), VENUE, tmp_path / "home", flag,
+                               Lake(lake_root).table_path("parsed_manuscripts", VENUE))
+    assert runs.failed == {failing_step}
+    assert {f"parsed_manuscripts.parse_shard[{shard_key(s)}]" for s in range(SHARDS)} - runs.succeeded == runs.failed
+    assert runs.reran == {failing_step, "parsed_manuscripts.assemble_parsed"}
     for table in PARSING:
         assert file_digest(lake_root, table) == file_digest(unsharded, table), table

@@ -1,0 +1,49 @@
+"""What the sharding tests share: a table partition's digest, and a job run with one shard failing, then
+re-executed from its failure."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import dagster as dg
+
+from peerify_dagster.partitions import venue_partitions
+from peerify_dagster.resources.lake import Lake
+
+
+def file_digest(lake_root: Path, table: str, venue: str) -> str:
+    return hashlib.sha256(Lake(lake_root).table_path(table, venue).read_bytes()).hexdigest()
+
+
+@dataclass(frozen=True)
+class Reexecution:
+    failed: set[str]  # the first run's failed steps
+    succeeded: set[str]  # the first run's successful steps
+    reran: set[str]  # the steps the re-execution from failure started
+
+
+def fail_then_reexecute(job, venue: str, home: Path, fail_flag: Path, unassembled: Path) -> Reexecution:  # noqa: ANN001
+    """Run `job` (reconstructable) for `venue` in process on a fresh instance under `home` while `fail_flag` exists
+    (its file makes one shard's step raise): the run fails and `unassembled` (the venue table) is not written. Then,
+    the flag removed, re-execute the run from its failure, which must succeed."""
+    in_process = {"execution": {"config": {"in_process": {}}}}
+    home.mkdir()
+    with dg.instance_for_test(temp_dir=str(home)) as instance:
+        instance.add_dynamic_partitions(venue_partitions.name, [venue])
+        with dg.execute_job(job, instance, run_config=in_process, tags={"dagster/partition": venue},
+                            raise_on_error=False) as first:
+            assert not first.success
+            failed = {e.step_key for e in first.all_events if e.is_step_failure}
+            succeeded = {e.step_key for e in first.all_events if e.is_step_success}
+            run_id = first.run_id
+        assert not unassembled.exists()  # nothing assembled from a part
+        fail_flag.unlink()  # the worker is back
+        # execute_job takes the re-execution's tags as given (the UI copies the parent's): the partition again.
+        with dg.execute_job(job, instance, run_config=in_process, tags={"dagster/partition": venue},
+                            reexecution_options=dg.ReexecutionOptions.from_failure(run_id, instance),
+                            raise_on_error=False) as again:
+            assert again.success
+            reran = {e.step_key for e in again.all_events if e.is_step_start}
+    return Reexecution(failed, succeeded, reran)
