@@ -220,3 +220,23 @@ def test_the_estimate_says_a_venues_llm_recording_answers_the_calls_it_holds(tmp
         assert cli.main(["build", "sample", "--estimate"]) == 0
         out = capsys.readouterr().out
         assert ("the venue's LLM recording" in out and f"{calls} calls) answers every call it holds" in out) == said
+
+
+# -- the build's usage line ------------------------------------------------------------------------------------------
+@dg.asset
+def llm_step(context) -> None:  # noqa: ANN001 - Dagster reads a string annotation as no context
+    context.add_output_metadata({"calls_made": 1, "cache_hits": 3, "usage_by_model": dg.MetadataValue.json({})})
+
+
+@dg.asset
+def embedding_step(context) -> None:  # noqa: ANN001
+    context.add_output_metadata({"cache_hits": 50, "embedded": 2})  # the embedding cache's hits, no ledger answers
+
+
+def test_the_usage_line_counts_the_llm_steps_ledger_answers_only(tmp_path):
+    from peerify_dagster.cli.build_session import BuildSession
+
+    session = BuildSession(None, tmp_path / "lake", stop=None)
+    with dg.instance_for_test() as instance:
+        session.results.append(dg.materialize([llm_step, embedding_step], instance=instance))
+    assert "0 made live, 3 answered from the ledger" in session.usage_line()

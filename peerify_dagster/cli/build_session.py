@@ -117,10 +117,12 @@ class BuildSession:
     def usage_line(self) -> str:
         """The build's LLM calls: made live, answered from the ledger, and what they cost."""
         live, tokens, cost = self.spent()
-        answered = sum(int(event.step_materialization_data.materialization.metadata["cache_hits"].value)
-                       for result in self.results for event in result.all_events
-                       if event.is_step_materialization
-                       and "cache_hits" in event.step_materialization_data.materialization.metadata)
+        # The LLM steps' cache hits only (their metadata has `usage_by_model`): chunk_embeddings reports the
+        # embedding cache's hits under the same name, which are no ledger answers.
+        answered = sum(int(metadata["cache_hits"].value)
+                       for result in self.results for event in result.all_events if event.is_step_materialization
+                       for metadata in [event.step_materialization_data.materialization.metadata]
+                       if "cache_hits" in metadata and "usage_by_model" in metadata)
         limits = ([f"${self.max_cost_usd:.4f}"] if self.max_cost_usd is not None else []) + \
             ([f"{self.max_tokens} tokens"] if self.max_tokens is not None else [])
         return (f"LLM calls of this build: {live} made live, {answered} answered from the ledger; {tokens} tokens, "
