@@ -1,4 +1,7 @@
-"""`peerify import-release DIR`: a published release's JSONL files (B1, B3, B4, B6) as a venue of its own.
+"""`peerify import-release SOURCE`: a published release's JSONL files (B1, B3, B4, B6) as a venue of its own.
+
+SOURCE is the release's folder or its `s3://` location (copied down to a temporary folder through the store, then
+read as a folder); the venue's tables go to the lake, a folder or an S3 lake alike.
 
 The release is validated first: any malformed line, missing field or unknown label of any file is printed as
 `file:line: reason` (all of them) and nothing is written (exit code 2). Otherwise the venue is registered in
@@ -24,6 +27,7 @@ from peerify_dagster.cli.common import EXIT_USAGE, say
 from peerify_dagster.domain import release_import as ri
 from peerify_dagster.domain.venues import SOURCE_RELEASE, RegistryError, Venue, add_venue, load_registry
 from peerify_dagster.resources.lake import Lake
+from peerify_dagster.resources.store import Location, local_folder, location_of
 
 if TYPE_CHECKING:
     import dagster as dg
@@ -35,7 +39,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "import-release", help="import a published release (B1, B3, B4, B6 JSONL) as a venue: its slices, passages, "
                                "queries and threads; then `peerify build VENUE` evaluates the configured verifiers")
-    parser.add_argument("folder", type=Path, help="the release folder (B1_golden_supported.jsonl, ...)")
+    parser.add_argument("source", metavar="SOURCE",
+                        help="the release folder (B1_golden_supported.jsonl, ...), or its s3:// location")
     parser.add_argument("--venue", help="venue key (default: release-<folder name>)")
     parser.add_argument("--sample-per-slice", type=int, metavar="N",
                         help="keep a seeded sample of at most N claims of each slice (a quick evaluation)")
@@ -56,18 +61,20 @@ def table_schemas() -> dict[str, dict[str, pl.DataType]]:
 
 
 def cmd_import_release(args: argparse.Namespace) -> int:
-    folder: Path = args.folder
-    venue_key = args.venue or f"release-{folder.resolve().name}"
+    source = location_of(args.source)
+    source = source.resolve() if isinstance(source, Path) else source  # named absolutely in the lineage
+    venue_key = args.venue or f"release-{source.name}"
     if args.sample_per_slice is not None and args.sample_per_slice < 1:
         say("--sample-per-slice must be a positive number of claims")
         return EXIT_REFUSED
-    try:
-        imported = ri.import_release(folder, venue_key, args.sample_per_slice, args.seed)
-    except FileNotFoundError as error:
-        say(f"not imported: {error}")
+    if not source.is_dir():
+        say(f"not imported: release folder {source} does not exist")
         return EXIT_REFUSED
+    try:
+        with local_folder(source) as folder:
+            imported = ri.import_release(folder, venue_key, args.sample_per_slice, args.seed)
     except ri.ReleaseImportError as error:
-        say(f"not imported: {len(error.problems)} problem(s) in {folder}; nothing was written")
+        say(f"not imported: {len(error.problems)} problem(s) in {source}; nothing was written")
         for problem in error.problems:
             say(f"  {problem}")
         return EXIT_REFUSED
@@ -81,15 +88,22 @@ def cmd_import_release(args: argparse.Namespace) -> int:
     schemas = table_schemas()
     frames = {table: pl.DataFrame(rows, schema=schemas[table]) for table, rows in imported.tables.items()}
     written = {table: lake.write_table(table, venue_key, frame) for table, frame in frames.items()}
-    try:  # the folder as the other registry paths: relative to the registry file (no machine path in the repository)
-        release = os.path.relpath(folder.resolve(), registry_path.resolve().parent)
-    except ValueError:  # another drive
-        release = str(folder.resolve())
     add_venue(registry_path, Venue(key=venue_key, openreview_id=venue_key, source=SOURCE_RELEASE, seed=args.seed,
-                                   release=release), replace=args.replace)
-    gates = _record_in_dagster(instance, imported, frames, written, folder)
+                                   release=_registered_source(source, registry_path)), replace=args.replace)
+    gates = _record_in_dagster(instance, imported, frames, written, source)
     _print_summary(imported, frames, gates, registry_path)
     return 0
+
+
+def _registered_source(source: Location, registry_path: Path) -> str:
+    """The release as venues.yaml names it: an S3 location as its URL, a folder as the other registry paths, relative
+    to the registry file (no machine path in the repository)."""
+    if not isinstance(source, Path):
+        return str(source)
+    try:
+        return os.path.relpath(source, registry_path.resolve().parent)
+    except ValueError:  # another drive
+        return str(source)
 
 
 def _refusal(registry_path: Path, lake: Lake, venue_key: str, replace: bool) -> str | None:
@@ -108,7 +122,7 @@ def _refusal(registry_path: Path, lake: Lake, venue_key: str, replace: bool) -> 
 
 
 def _record_in_dagster(instance: dg.DagsterInstance, imported: ri.ImportedRelease, frames: dict[str, pl.DataFrame],
-                       written: dict[str, Path], folder: Path) -> list[tuple[str, bool, bool, int]]:
+                       written: dict[str, Location], source: Location) -> list[tuple[str, bool, bool, int]]:
     """Each written partition as a runless materialisation, and the slice gates on the imported slices as runless
     check evaluations; returns (gate, blocking, passed, failing rows) per gate."""
     import dagster as dg
@@ -122,13 +136,13 @@ def _record_in_dagster(instance: dg.DagsterInstance, imported: ri.ImportedReleas
     venue = imported.venue
     if not instance.has_dynamic_partition(venue_partitions.name, venue):
         instance.add_dynamic_partitions(venue_partitions.name, [venue])
-    lineage = {"imported_from": dg.MetadataValue.path(str(folder.resolve())),
-               "file_sha256": dg.MetadataValue.json(ri.file_sha256(folder)),
+    lineage = {"imported_from": dg.MetadataValue.path(str(source)),
+               "file_sha256": dg.MetadataValue.json(imported.file_sha256),
                "label_deviations": dg.MetadataValue.json(imported.deviations),
                "sample": dg.MetadataValue.json(imported.sample), "notes": dg.MetadataValue.json(imported.notes)}
     for table, frame in frames.items():
         instance.report_runless_asset_event(dg.AssetMaterialization(
-            asset_key=table, partition=venue, description=f"imported from the release {folder.name}",
+            asset_key=table, partition=venue, description=f"imported from the release {source.name}",
             metadata={**lineage, "rows": frame.height, "dagster/row_count": frame.height,
                       "path": dg.MetadataValue.path(str(written[table])),
                       "preview": dg.MetadataValue.md(markdown_preview(frame))}))

@@ -4,16 +4,21 @@
   (in the Dagster home whose runs hold the venues' gate results and lineage) and prints the release folder. It
   refuses first, one line per problem and exit 2, a venue whose slices are not the file their blocking gates passed
   or are older than its decisions or labels, naming the rebuild (`peerify build V`).
-- `peerify release verify DIR` re-hashes every file against the manifest, re-checks row counts, schema, the slice
+- `peerify release verify RELEASE` re-hashes every file against the manifest, re-checks row counts, schema, the slice
   rules (the blocking great-expectations gates of resources/slice_gates.py) and that every call id and decision id
   a row names is in the release. Exit 0: the release is intact; 1: a mismatch (the first one is named; a file that
   is not UTF-8 or not JSON lines is one, as `file:line: reason`); 2: usage error, or a folder that is no release
   (no manifest.json).
-- `peerify rebuild-from-release DIR [--out DIR2]` reproduces every label from the release alone: each labeller call
+- `peerify rebuild-from-release RELEASE [--out DIR]` reproduces every label from the release alone: each labeller call
   is issued again, as recorded, through the LLM gateway in cache mode `replay-only` over the release's calls.parquet
   (no API key, no GPU, no model), its answer read as the labels stage reads it, and the canonical-label rule applied
   with the released decisions; the rebuilt slice files are compared with the released ones byte for byte. Exit 0
   only when every row reproduces.
+
+RELEASE is a release folder, its `s3://` location, or a version X.Y.Z of this lake's releases (`<lake>/releases/X.Y.Z`,
+a folder or an S3 prefix) when no local folder of that name exists. A release in S3 is copied down to a temporary
+folder through the store, every object of it, and checked there as a local one (the same exit codes and messages,
+naming the S3 location).
 """
 
 from __future__ import annotations
@@ -25,15 +30,18 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from peerify_dagster import paths
+from peerify_dagster import deployment, paths
 from peerify_dagster.cli.home import open_home, run_job
 from peerify_dagster.cli.common import EXIT_USAGE, ConfigError, guarded, refuse_upload, registered_venues, say
 from peerify_dagster.domain import label_release as rel
 from peerify_dagster.domain.slices import SLICES, SliceConfig, label_distribution
 from peerify_dagster.domain.venues import RegistryError
 from peerify_dagster.resources.lake import RELEASES_DIR, Lake
+from peerify_dagster.resources.store import Location, local_folder, location_of
 
 EXIT_OK, EXIT_MISMATCH = 0, 1  # and common.EXIT_USAGE (2)
+RELEASE_HELP = ("a release folder, its s3:// location, or a version X.Y.Z of this lake's releases "
+                "(<lake>/releases/X.Y.Z) when no local folder of that name exists")
 
 
 class ReleaseUsageError(Exception):
@@ -46,19 +54,20 @@ _guarded = guarded(ReleaseUsageError, ConfigError, RegistryError)
 def register(subparsers: argparse._SubParsersAction) -> None:
     release = subparsers.add_parser(
         "release", help="write a versioned label release of built venues (data_lake/releases/X.Y.Z/); "
-                        "`release verify DIR` checks one",
+                        "`release verify RELEASE` checks one",
         description="Write <lake>/releases/X.Y.Z/ from the venues' benchmark slices (the Dagster home whose runs "
-                    "hold their gate results), or `peerify release verify DIR`.")
+                    "hold their gate results), or `peerify release verify RELEASE`.")
     release.add_argument("--venue", action="append", metavar="V", help="a built venue (repeatable)")
     release.add_argument("--version", help="the release version, X.Y.Z; an existing version is never overwritten")
     release.set_defaults(func=_guarded(cmd_release))
     actions = release.add_subparsers(dest="release_command")
     verify = actions.add_parser(
-        "verify", help="re-hash and re-check a release folder",
+        "verify", help="re-hash and re-check a release (a folder, an s3:// location or a version of this lake)",
         description="Exit codes: 0 the release is intact; 1 a mismatch (tampered, missing or extra file, manifest "
                     "edited, slice rule broken, dangling provenance link, a file that does not read), the first one "
-                    "named; 2 usage error or not a release folder (no manifest.json).")
-    verify.add_argument("folder", type=Path)
+                    "named; 2 usage error or not a release folder (no manifest.json). A release in S3 is copied "
+                    "down to a temporary folder and checked there.")
+    verify.add_argument("release", metavar="RELEASE", help=RELEASE_HELP)
     verify.add_argument("--manifest-sha256", metavar="HEX",
                         help="the sha256 of manifest.json as published beside the release (catches a manifest "
                              "rewritten with fresh hashes)")
@@ -68,7 +77,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "rebuild-from-release", help="reproduce every label of a release from its calls and decisions (replay-only)",
         description="Exit codes: 0 every row reproduced byte for byte; 1 a row or file did not (each listed); "
                     "2 usage error or not a release folder (no manifest.json).")
-    rebuild.add_argument("folder", type=Path)
+    rebuild.add_argument("release", metavar="RELEASE", help=RELEASE_HELP)
     rebuild.add_argument("--out", type=Path, help="where the rebuilt slice files go (new or empty folder; default: "
                                                   "a new temporary folder)")
     rebuild.set_defaults(func=cmd_rebuild)
@@ -78,7 +87,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def cmd_release(args: argparse.Namespace) -> int:
     if not args.venue or not args.version:
         raise ReleaseUsageError("peerify release needs --venue V (repeatable) and --version X.Y.Z, "
-                                "or `peerify release verify DIR`")
+                                "or `peerify release verify RELEASE`")
     try:
         version = rel.check_version(args.version)
     except rel.ReleaseError as exc:
@@ -167,28 +176,42 @@ def verify(folder: Path, manifest_sha256: str | None = None) -> list[str]:
     return problems
 
 
-def not_a_release(folder: Path) -> str | None:
-    """Why `folder` is no release folder at all (a usage error, not a mismatch), or None."""
-    if not folder.is_dir():
-        return f"{folder}: not a release folder (no such folder)"
-    if not (folder / rel.MANIFEST).is_file():
-        return f"{folder}: not a release folder (no {rel.MANIFEST})"
+def resolve_release(given: str) -> Location:
+    """The release a command names (RELEASE_HELP): an `s3://` location or an existing local path as given, else a
+    version X.Y.Z of this lake's releases; anything else as a local path (refused as no such folder)."""
+    if deployment.is_object_store(given) or Path(given).exists():
+        return location_of(given)
+    try:
+        version = rel.check_version(given)
+    except rel.ReleaseError:
+        return Path(given)
+    return Lake(paths.lake_root()).root / RELEASES_DIR / version
+
+
+def not_a_release(release: Location) -> str | None:
+    """Why `release` is no release folder at all (a usage error, not a mismatch), or None."""
+    if not release.is_dir():
+        return f"{release}: not a release folder (no such folder)"
+    if not (release / rel.MANIFEST).is_file():
+        return f"{release}: not a release folder (no {rel.MANIFEST})"
     return None
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    if refusal := not_a_release(args.folder):
+    release = resolve_release(args.release)
+    if refusal := not_a_release(release):
         say(refusal)
         return EXIT_USAGE
-    problems = verify(args.folder, args.manifest_sha256)
+    with local_folder(release) as folder:
+        problems = verify(folder, args.manifest_sha256)
+        manifest = rel.read_manifest(folder)[0]
     if problems:
-        say(f"MISMATCH in release {args.folder}: {problems[0]}")
+        say(f"MISMATCH in release {release}: {problems[0]}")
         for line in problems[1:20]:
             say(f"  also: {line}")
         if len(problems) > 20:
             say(f"  ... and {len(problems) - 20} more")
         return EXIT_MISMATCH
-    manifest = rel.read_manifest(args.folder)[0]
     rows = sum(manifest["slices"][name]["rows"] for name in SLICES)
     print(f"release {manifest['version']} verified: {len(manifest['files']) + 1} files, {rows} slice rows, "
           f"{manifest['files'][rel.CALLS]['rows']} calls, {manifest['files'][rel.DECISIONS]['rows']} decisions, "
@@ -255,27 +278,34 @@ def _decisions(records: list[dict]) -> tuple[dict, dict, list[str]]:
 
 
 def cmd_rebuild(args: argparse.Namespace) -> int:
-    from peerify_dagster.resources.llm_gateway import LEDGER_SCHEMA
-
-    if refusal := not_a_release(args.folder):
+    release = resolve_release(args.release)
+    if refusal := not_a_release(release):
         say(refusal)
         return EXIT_USAGE
     if args.out is not None and args.out.exists() and (not args.out.is_dir() or any(args.out.iterdir())):
         say(f"--out {args.out}: exists and is not an empty folder; nothing is overwritten")
         return EXIT_USAGE
-    contents, problems = rel.read_release(args.folder, LEDGER_SCHEMA)
+    with local_folder(release) as folder:
+        return rebuild_release(folder, release, args.out)
+
+
+def rebuild_release(folder: Path, release: Location, out: Path | None) -> int:
+    """Rebuild the release in the local `folder` (`release` as the command named it) into `out`."""
+    from peerify_dagster.resources.llm_gateway import LEDGER_SCHEMA
+
+    contents, problems = rel.read_release(folder, LEDGER_SCHEMA)
     problems += rel.link_problems(contents) if contents is not None else []
     if contents is not None:
         arbitration, audit, decision_problems = _decisions(contents.decisions)
         problems += decision_problems
     if problems:
-        say(f"cannot rebuild {args.folder}: the release does not verify: {problems[0]}")
+        say(f"cannot rebuild {release}: the release does not verify: {problems[0]}")
         return EXIT_MISMATCH
     rows = contents.rows()
     call_ids, _ = rel.provenance_links(rows)
     replayed = replay_calls(contents.calls, call_ids)
     rebuilt = rel.rebuild(rows, replayed, contents.manifest["seeds"], arbitration, audit)
-    out = args.out or Path(tempfile.mkdtemp(prefix=f"peerify-rebuild-{contents.manifest['version']}-"))
+    out = out or Path(tempfile.mkdtemp(prefix=f"peerify-rebuild-{contents.manifest['version']}-"))
     out.mkdir(parents=True, exist_ok=True)
     differing = []
     for name in SLICES:
@@ -283,7 +313,7 @@ def cmd_rebuild(args: argparse.Namespace) -> int:
         for file_name, data in ((parquet_name, rel.slice_parquet(rebuilt.slices[name])),
                                 (jsonl_name, rel.slice_jsonl(rebuilt.slices[name]))):
             (out / file_name).write_bytes(data)
-            if data != (args.folder / file_name).read_bytes():
+            if data != (folder / file_name).read_bytes():
                 differing.append(file_name)
     for row in rebuilt.unreproduced:
         say(f"not reproduced: {row}")

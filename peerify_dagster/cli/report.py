@@ -1,7 +1,8 @@
 """`peerify report --venue V`: (re)build the report of an already built venue and print where it is.
 
 Builds `venue_report` in-process, as `peerify build` runs its jobs, and first `metrics` and `token_costs` when they
-are not built for the venue (they only read its predictions: no model is called).
+are not built for the venue (they only read its predictions: no model is called). On an S3 lake the report's objects
+are named by their `s3://` URLs, and `--open` opens a copy of the HTML page fetched into this machine's cache folder.
 """
 
 from __future__ import annotations
@@ -9,20 +10,20 @@ from __future__ import annotations
 import argparse
 import os
 import webbrowser
-from pathlib import Path
 
 from peerify_dagster import paths
 from peerify_dagster.cli.home import open_home, run_job
 from peerify_dagster.cli.common import ConfigError, guarded, refuse_upload, registered_venues, say
 from peerify_dagster.resources.lake import Lake
-from peerify_dagster.resources.report_files import REPORT_HTML, REPORT_MARKDOWN, report_folder
+from peerify_dagster.resources.report_files import REPORT_HTML, REPORT_MARKDOWN, report_folder, viewable_report
+from peerify_dagster.resources.store import Location
 
 REPORT_ASSET = "venue_report"
 RESULTS_FIRST = ("metrics", "token_costs")  # what the report reads that the command builds when missing
 
 
-def report_paths(lake: Lake, venue: str) -> tuple[Path, Path]:
-    """The report's Markdown (figures beside it) and self-contained HTML files."""
+def report_paths(lake: Lake, venue: str) -> tuple[Location, Location]:
+    """The report's Markdown (figures beside it) and self-contained HTML files, in the lake."""
     return report_folder(lake, venue) / REPORT_MARKDOWN, report_folder(lake, venue) / REPORT_HTML
 
 
@@ -73,14 +74,15 @@ def cmd_report(args: argparse.Namespace) -> int:
         return 1
     print_report_paths(lake, args.venue)
     if args.open:
-        webbrowser.open(report_paths(lake, args.venue)[1].as_uri())
+        webbrowser.open(viewable_report(lake, args.venue).as_uri())
     return 0
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     report = subparsers.add_parser(
         "report", help="build the report of an already built venue (and its metrics and token costs if missing): "
-                       "Markdown and self-contained HTML with the paper's tables and the figures; prints the paths")
+                       "Markdown and self-contained HTML with the paper's tables and the figures; prints where they "
+                       "are (paths, or s3:// URLs in an S3 lake)")
     report.add_argument("--venue", required=True, help="a built venue, e.g. sample")
     report.add_argument("--open", action="store_true", help="open the HTML report in the default browser")
     report.set_defaults(func=cmd_report)

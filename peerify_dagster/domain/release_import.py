@@ -142,6 +142,7 @@ class ImportedRelease:
     deviations: dict[str, dict[str, int]]
     notes: list[str] = field(default_factory=list)
     sample: dict[str, Any] | None = None  # per_slice, seed, claims kept per slice
+    file_sha256: dict[str, str] = field(default_factory=dict)  # release file name -> sha256 of the bytes imported
 
     def slice_sizes(self) -> dict[str, int]:
         sizes = Counter(row["slice"] for row in self.tables["benchmark_slices"])
@@ -208,7 +209,7 @@ def import_release(folder: Path, venue: str, per_slice: int | None = None, seed:
     }
     deviations = label_deviations({kind: [r for r in release[kind] if ids[r["row_id"]] in kept]
                                    for kind in RELEASE_FILES})
-    return ImportedRelease(venue, tables, deviations, notes, sample)
+    return ImportedRelease(venue, tables, deviations, notes, sample, file_sha256(folder))
 
 
 def _sample(slices: list[dict[str, Any]], per_slice: int, seed: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:

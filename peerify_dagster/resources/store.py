@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -59,6 +60,24 @@ def readable(location: Location) -> Path | IO[bytes]:
     """What pyarrow and polars read a lake object from: a local path itself, an S3 object as a seekable file (the
     Parquet footer and the row groups asked for are fetched by range)."""
     return location if isinstance(location, Path) else location.open("rb")
+
+
+@contextmanager
+def local_folder(location: Location) -> Iterator[Path]:
+    """The folder at `location` as a local folder for the block, for readers that take a folder (a release): a local
+    folder itself; for an S3 prefix, a temporary folder holding a copy of every object under it (by the same relative
+    names), removed after the block. A prefix without objects gives an empty folder."""
+    if isinstance(location, Path):
+        yield location
+        return
+    prefix = location.path.rstrip("/")
+    with tempfile.TemporaryDirectory(prefix="peerify-fetched-") as temporary:
+        for key in location.fs.find(prefix):
+            if key != prefix:  # SeaweedFS's marker of the prefix itself is no object under it
+                target = Path(temporary, key[len(prefix) + 1:])
+                target.parent.mkdir(parents=True, exist_ok=True)
+                location.fs.get_file(key, str(target))
+        yield Path(temporary)
 
 
 def _is_precondition_failure(exc: OSError) -> bool:
