@@ -1,5 +1,7 @@
-"""Stage 3, manuscripts to evidence units: parse the stored PDFs with Docling and cut section-aware chunks."""
+"""Stage 3, manuscripts to evidence units: parse the stored PDFs with Docling and cut section-aware chunks, each one
+step per shard of the venue's papers (domain/shards.py), the venue tables assembled from the shards."""
 
+from collections.abc import Mapping
 from dataclasses import asdict
 from pathlib import Path
 
@@ -41,10 +43,15 @@ CHUNKING_CODE_VERSION = "chunking-v3"
 def split_manuscripts(context: dg.OpExecutionContext, manuscript_pdfs: pl.DataFrame,
                       venue_registry: VenueRegistryResource):
     """The venue's manuscripts (its `manuscript_pdfs` rows) in shards of its papers (domain/shards.py)."""
-    venue = venue_registry.venue(context.partition_key)
-    shards = shard_count(manuscript_pdfs.height, venue.shards)
-    context.log.info(f"{manuscript_pdfs.height} manuscripts in {shards} shard(s)")
-    yield from split_into_shards(manuscript_pdfs, manuscript_pdfs["paper_id"].to_list(), shards)
+    yield from _paper_shards(context, manuscript_pdfs, venue_registry)
+
+
+def _paper_shards(context: dg.OpExecutionContext, papers: pl.DataFrame, venue_registry: VenueRegistryResource):
+    """`papers` (one row per paper) in shards of the venue's papers (domain/shards.py), as a split op's
+    DynamicOutputs."""
+    shards = shard_count(papers.height, venue_registry.venue(context.partition_key).shards)
+    context.log.info(f"{papers.height} manuscripts in {shards} shard(s)")
+    yield from split_into_shards(papers, papers["paper_id"].to_list(), shards)
 
 
 @dg.op(out={"parsed": dg.Out(pl.DataFrame, io_manager_key=SHARD_IO_MANAGER),
@@ -112,12 +119,69 @@ def parsed_manuscripts(manuscript_pdfs: pl.DataFrame):
     return assemble_parsed(parsed.collect(), errors.collect())
 
 
-def _chunking_config(venue_registry: VenueRegistryResource, venue: str) -> ChunkingConfig:
-    # The registry validates `chunking:` when it loads, so a bad option fails there, naming the venue.
+def chunking_config(venue_registry: VenueRegistryResource, venue: str) -> ChunkingConfig:
+    """The venue's `chunking:` options. The registry validates them when it loads, so a bad option fails there,
+    naming the venue."""
     return ChunkingConfig.from_mapping(venue_registry.venue(venue).chunking)
 
 
-@dg.asset(
+def paper_chunk_rows(venue: str, paper: Mapping, config: ChunkingConfig) -> list[dict]:
+    """The `chunks` rows (CHUNK_SCHEMA) of one parsed manuscript (a `parsed_manuscripts` row), in order."""
+    blocks = [Block.from_record(record) for record in paper["blocks"]]
+    return [{"venue": venue, **asdict(chunk)} for chunk in chunk_document(paper["paper_id"], blocks, config)]
+
+
+@dg.op(out=dg.DynamicOut(pl.DataFrame, io_manager_key=SHARD_IO_MANAGER))
+def split_parsed_manuscripts(context: dg.OpExecutionContext, parsed_manuscripts: pl.DataFrame,
+                             venue_registry: VenueRegistryResource):
+    """The venue's parsed manuscripts in shards of its papers (a paper in the shard of its parsing)."""
+    yield from _paper_shards(context, parsed_manuscripts.select("paper_id", "blocks"), venue_registry)
+
+
+# A shard's chunks: one row per manuscript, its chunks nested (with their estimated tokens, which the runaway check
+# reads), so the assembly restores the venue order from the manuscripts' positions.
+NESTED_CHUNKS = "chunks"
+CHUNK_SHARD_SCHEMA = {"paper_id": pl.String, NESTED_CHUNKS: pl.List(pl.Struct({**CHUNK_SCHEMA, "tokens": pl.Int64})),
+                      **SHARD_SCHEMA}
+
+
+@dg.op(out=dg.Out(pl.DataFrame, io_manager_key=SHARD_IO_MANAGER), tags=queue_tags("default"))
+def chunk_shard(context: dg.OpExecutionContext, shard: pl.DataFrame, venue_registry: VenueRegistryResource):
+    """The chunks of each manuscript of the shard."""
+    config = chunking_config(venue_registry, context.partition_key)
+    rows = [{"paper_id": paper["paper_id"], SHARD: paper[SHARD], POSITION: paper[POSITION],
+             NESTED_CHUNKS: [{**row, "tokens": estimate_tokens(row["text"])}
+                             for row in paper_chunk_rows(context.partition_key, paper, config)]}
+            for paper in shard.iter_rows(named=True)]
+    return pl.DataFrame(rows, schema=CHUNK_SHARD_SCHEMA)
+
+
+@dg.op(out={"chunks": dg.Out(pl.DataFrame), "no_empty_chunks": dg.Out(), "no_runaway_chunks": dg.Out(),
+            "every_paper_has_chunks": dg.Out()})
+def assemble_chunks(context: dg.OpExecutionContext, shards: list[pl.DataFrame],
+                    venue_registry: VenueRegistryResource):
+    """The venue's chunks from its shards', paper by paper in the order of `parsed_manuscripts`, and their checks."""
+    config = chunking_config(venue_registry, context.partition_key)
+    papers, sharding = assemble_shards(shards)
+    with_tokens = papers.select(NESTED_CHUNKS).explode(NESTED_CHUNKS, empty_as_null=False).unnest(NESTED_CHUNKS)
+    frame = with_tokens.select(list(CHUNK_SCHEMA)).rechunk()
+    # A shard's rows are its manuscripts: the shards' sizes are counted in papers.
+    yield dg.Output(frame, output_name="chunks", metadata={"chunking": dg.MetadataValue.json(vars(config)),
+                                                           "shards": sharding["shards"],
+                                                           "papers_per_shard": sharding["rows_per_shard"]})
+    yield gate("no_empty_chunks", [Expect(frame, "ExpectColumnValuesToBeBetween", ("chunk_id",),
+                                          {"column": "word_count", "min_value": 1})], blocking=True,
+               asset_key="chunks")
+    yield gate("no_runaway_chunks", [Expect(with_tokens, "ExpectColumnValuesToBeBetween", ("chunk_id",),
+                                            {"column": "tokens", "max_value": RUNAWAY_FACTOR * config.max_tokens})],
+               blocking=False, asset_key="chunks")
+    counts = papers.select("paper_id", pl.col(NESTED_CHUNKS).list.len().cast(pl.Int64).alias("chunks"))
+    yield gate("every_paper_has_chunks", [Expect(counts, "ExpectColumnValuesToBeBetween", ("paper_id",),
+                                                 {"column": "chunks", "min_value": 1})], blocking=False,
+               asset_key="chunks")
+
+
+@dg.graph_asset(
     partitions_def=venue_partitions,
     group_name="manuscripts",
     kinds={"python", "parquet"},
@@ -134,31 +198,15 @@ def _chunking_config(venue_registry: VenueRegistryResource, venue: str) -> Chunk
                                       "retrieve. A warning."),
     ],
 )
-def chunks(context: dg.AssetExecutionContext, parsed_manuscripts: pl.DataFrame,
-           venue_registry: VenueRegistryResource):
+def chunks(parsed_manuscripts: pl.DataFrame):
     """The retrieval units: consecutive blocks of a section packed up to 256 WordPiece tokens (the venue's
     `chunking:` options choose another strategy or limit), captions never in prose, the section path as the
     first line of each chunk, references and paper checklists left out; stable ids (paper id + order + text
-    hash) and section paths."""
-    config = _chunking_config(venue_registry, context.partition_key)
-    rows, tokens = [], []
-    for paper in parsed_manuscripts.iter_rows(named=True):
-        blocks = [Block.from_record(b) for b in paper["blocks"]]
-        for chunk in chunk_document(paper["paper_id"], blocks, config):
-            rows.append({"venue": context.partition_key, **asdict(chunk)})
-            tokens.append(estimate_tokens(chunk.text))
-    frame = pl.DataFrame(rows, schema=CHUNK_SCHEMA)
-    yield dg.Output(frame, metadata={"chunking": dg.MetadataValue.json(vars(config))})
-    papers = parsed_manuscripts.select("paper_id").join(frame.group_by("paper_id").len("chunks"), on="paper_id",
-                                                        how="left").with_columns(pl.col("chunks").fill_null(0))
-    yield gate("no_empty_chunks", [Expect(frame, "ExpectColumnValuesToBeBetween", ("chunk_id",),
-                                          {"column": "word_count", "min_value": 1})], blocking=True)
-    yield gate("no_runaway_chunks", [Expect(frame.with_columns(pl.Series("tokens", tokens, dtype=pl.Int64)),
-                                            "ExpectColumnValuesToBeBetween", ("chunk_id",),
-                                            {"column": "tokens", "max_value": RUNAWAY_FACTOR * config.max_tokens})],
-               blocking=False)
-    yield gate("every_paper_has_chunks", [Expect(papers, "ExpectColumnValuesToBeBetween", ("paper_id",),
-                                                 {"column": "chunks", "min_value": 1})], blocking=False)
+    hash) and section paths. One step per shard of the venue's papers."""
+    frame, no_empty, no_runaway, every_paper = assemble_chunks(
+        split_parsed_manuscripts(parsed_manuscripts).map(chunk_shard).collect())
+    return {"result": frame, "chunks_no_empty_chunks": no_empty, "chunks_no_runaway_chunks": no_runaway,
+            "chunks_every_paper_has_chunks": every_paper}
 
 
 @dg.asset(partitions_def=venue_partitions, group_name="manuscripts", kinds={"python", "parquet"},
@@ -166,7 +214,7 @@ def chunks(context: dg.AssetExecutionContext, parsed_manuscripts: pl.DataFrame,
 def chunk_stats(context: dg.AssetExecutionContext, chunks: pl.DataFrame, parsed_manuscripts: pl.DataFrame,
                 venue_registry: VenueRegistryResource) -> pl.DataFrame:
     """Chunk size distribution per venue (the paper's chunker: median / mean / p90 = 133 / 132 / 188 words)."""
-    config = _chunking_config(venue_registry, context.partition_key)
+    config = chunking_config(venue_registry, context.partition_key)
     stats = compute_chunk_stats([Chunk.from_record(row) for row in chunks.iter_rows(named=True)],
                                 max_tokens=config.max_tokens)
     row = {"venue": context.partition_key, "n_papers": parsed_manuscripts.height,

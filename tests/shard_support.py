@@ -24,14 +24,15 @@ class Reexecution:
     reran: set[str]  # the steps the re-execution from failure started
 
 
-def fail_then_reexecute(job, venue: str, home: Path, fail_flag: Path, unassembled: Path) -> Reexecution:  # noqa: ANN001
+def fail_then_reexecute(job, venue: str, home: Path, fail_flag: Path, unassembled: Path,  # noqa: ANN001
+                        partitions: dg.DynamicPartitionsDefinition = venue_partitions) -> Reexecution:
     """Run `job` (reconstructable) for `venue` in process on a fresh instance under `home` while `fail_flag` exists
     (its file makes one shard's step raise): the run fails and `unassembled` (the venue table) is not written. Then,
-    the flag removed, re-execute the run from its failure, which must succeed."""
+    the flag removed, re-execute the run from its failure, which must succeed. `venue` is a key of `partitions`."""
     in_process = {"execution": {"config": {"in_process": {}}}}
     home.mkdir()
     with dg.instance_for_test(temp_dir=str(home)) as instance:
-        instance.add_dynamic_partitions(venue_partitions.name, [venue])
+        instance.add_dynamic_partitions(partitions.name, [venue])
         with dg.execute_job(job, instance, run_config=in_process, tags={"dagster/partition": venue},
                             raise_on_error=False) as first:
             assert not first.success

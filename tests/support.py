@@ -28,7 +28,9 @@ def materialise(key: str, registry: Path, lake_root: Path, instance: dg.DagsterI
                                 openreview=openreview or OpenReviewResource())
     return dg.materialize(
         ALL_ASSETS, selection=selection or VENUE_GRAPH, instance=instance, partition_key=key, resources=resources,
-        raise_on_error=False, run_config={"ops": {"raw_openreview_notes": {"config": {"refetch": refetch}}}},
+        raise_on_error=False,
+        # Only when asked: a selection without raw_openreview_notes refuses config for it.
+        run_config={"ops": {"raw_openreview_notes": {"config": {"refetch": True}}}} if refetch else None,
     )
 
 

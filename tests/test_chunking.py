@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from peerify_dagster.domain.chunking import (
+    CHUNK_SCHEMA,
     ChunkingConfig,
     ChunkingConfigError,
     chunk_document,
@@ -251,10 +252,9 @@ REGISTRY = """venues:
 
 
 def test_registry_chunking_options_drive_the_chunks_asset(tmp_path: Path) -> None:
-    import dagster as dg
     import polars as pl
 
-    from assets.manuscripts import chunks
+    from assets.manuscripts import chunking_config, paper_chunk_rows
     from peerify_dagster.resources.parsed_tables import PARSED_SCHEMA
     from peerify_dagster.resources.dagster_resources import VenueRegistryResource
 
@@ -269,14 +269,12 @@ def test_registry_chunking_options_drive_the_chunks_asset(tmp_path: Path) -> Non
         "venue": "tiny", "paper_id": "p1", "pdf_sha256": None, "parser": "plain-text", "parser_version": "test",
         "options_json": "{}", "pages": 1, "n_blocks": len(blocks), "blocks": [vars(block) for block in blocks],
     }], schema=PARSED_SCHEMA)
-    instance = dg.DagsterInstance.ephemeral()
-    instance.add_dynamic_partitions("venues", ["tiny"])
-    context = dg.build_asset_context(partition_key="tiny", instance=instance)
-    outputs = list(chunks(context, parsed_manuscripts=parsed, venue_registry=VenueRegistryResource(path=str(registry))))
-    frame = next(output.value for output in outputs if isinstance(output, dg.Output))
+    # What the chunks step does with each manuscript: the venue's options, then the paper's rows.
+    config = chunking_config(VenueRegistryResource(path=str(registry)), "tiny")
+    frame = pl.DataFrame(paper_chunk_rows("tiny", parsed.row(0, named=True), config), schema=CHUNK_SCHEMA)
     # paragraph strategy merges the short first paragraph into the next; no heading line; references kept.
     assert frame["kind"].to_list() == ["paragraph", "reference"]
     assert frame["text"][0].startswith("First short paragraph. Second sentence 0")
     registry.write_text(REGISTRY.replace("strategy: paragraph", "strategy: sliding"))
     with pytest.raises(Exception, match="venue 'tiny': chunking: strategy"):
-        list(chunks(context, parsed_manuscripts=parsed, venue_registry=VenueRegistryResource(path=str(registry))))
+        chunking_config(VenueRegistryResource(path=str(registry)), "tiny")

@@ -1,7 +1,7 @@
-"""The LLM stages of a venue (review_claims, claim_types, paper_claims, claim_labels) run one step per shard of its
-papers: the sample built in 3 shards gives the tables 1 shard gives, byte for byte, every call answered from the
-shipped recording (calls are keyed by their content, not by the step that makes them); and a shard whose LLM step
-fails is the only one a re-execution from failure runs again."""
+"""The LLM stages of a venue (review_claims, claim_types, paper_claims, claim_labels, and each configuration's
+predictions) run one step per shard of its papers: the sample built in 3 shards gives the tables 1 shard gives, byte
+for byte, every call answered from the shipped recording (calls are keyed by their content, not by the step that
+makes them); and a shard whose LLM step fails is the only one a re-execution from failure runs again."""
 
 from __future__ import annotations
 
@@ -15,13 +15,15 @@ import pytest
 
 from peerify_dagster.definitions import build_resources, defs
 from peerify_dagster.domain.shards import shard_key, shard_of
-from peerify_dagster.partitions import venue_partitions
-from peerify_dagster.resources.dagster_resources import LLMGatewayResource, VenueRegistryResource
+from peerify_dagster.domain.predictions import load_configurations
+from peerify_dagster.paths import REPO_ROOT
+from peerify_dagster.partitions import prediction_key, prediction_partitions, venue_partitions
+from peerify_dagster.resources.dagster_resources import LLMGatewayResource
 from peerify_dagster.resources.lake import Lake
 from peerify_dagster.resources.shard_io import SHARDS_DIR
 from tests import shard_support
 from tests.shard_support import fail_then_reexecute
-from tests.support import SAMPLE_DIR, materialization_metadata, sample_registry
+from tests.support import SAMPLE_DIR, materialise, materialise_predictions, materialization_metadata, sample_registry
 
 VENUE = "sample"
 SHARDS = 3
@@ -66,12 +68,8 @@ def test_the_default_build_runs_each_llm_stage_in_one_shard(unsharded):
 def test_three_shards_give_the_tables_one_shard_gives(unsharded, tmp_path, monkeypatch):
     monkeypatch.setenv("PEERIFY_LLM_CACHE_MODE", "replay-only")
     registry, lake_root = sharded_copy(unsharded, tmp_path, SHARDS)
-    instance = dg.DagsterInstance.ephemeral()
-    instance.add_dynamic_partitions(venue_partitions.name, [VENUE])
-    result = dg.materialize(list(defs.assets), selection=TABLES, instance=instance, partition_key=VENUE,
-                            resources=build_resources(str(lake_root),
-                                                      venue_registry=VenueRegistryResource(path=str(registry))),
-                            raise_on_error=False)
+    result = materialise(VENUE, registry, lake_root, dg.DagsterInstance.ephemeral(),
+                         selection=dg.AssetSelection.assets(*TABLES))
     assert result.success
     lake = Lake(lake_root)
     for asset, step in LLM_STEPS.items():
@@ -84,6 +82,36 @@ def test_three_shards_give_the_tables_one_shard_gives(unsharded, tmp_path, monke
         assert materialization_metadata(result, asset, "calls_made") == [0], asset
     for table in TABLES:  # byte for byte: the same rows in the same order, the same call ids
         assert file_digest(lake_root, table) == file_digest(unsharded, table), table
+    assert not list((lake_root / "llm_calls").glob("call-*.parquet"))
+
+
+def sample_configurations() -> list[str]:
+    """The configurations the sample builds (configurations.yaml), which its one-shard build predicted."""
+    return [c.name for c in load_configurations(REPO_ROOT / "configurations.yaml", []).for_venue(VENUE)]
+
+
+def test_three_shards_give_the_predictions_one_shard_gives(unsharded, tmp_path, monkeypatch):
+    monkeypatch.setenv("PEERIFY_LLM_CACHE_MODE", "replay-only")
+    registry, lake_root = sharded_copy(unsharded, tmp_path, SHARDS)
+    configurations = sample_configurations()
+    runs = materialise_predictions(VENUE, configurations, registry, lake_root, dg.DagsterInstance.ephemeral())
+    assert all(run.success for run in runs)
+    for name, result in zip(configurations, runs):
+        key = prediction_key(VENUE, name)
+        # byte for byte: the same rows in the same order (per verifier, then claim), the same call ids
+        assert shard_support.file_digest(lake_root, "predictions", key) == \
+            shard_support.file_digest(unsharded, "predictions", key), name
+        rows = Lake(lake_root).read_table("predictions", key)
+        expected = sorted({shard_of(paper, SHARDS) for paper in rows["paper_id"]})
+        started = sorted(e.step_key for e in result.all_events if e.is_step_start and "predict_shard[" in e.step_key)
+        assert started == [f"predictions.predict_shard[{shard_key(shard)}]" for shard in expected], name
+        assert materialization_metadata(result, "predictions", "shards") == [len(expected)], name
+        # Summed over the shards: every call answered by the ledger, as `peerify build`'s usage line counts them.
+        called = rows.filter(rows["call_id"].is_not_null()).height
+        assert called > 0 and materialization_metadata(result, "predictions", "calls_made") == [0], name
+        assert materialization_metadata(result, "predictions", "cache_hits") == [called], name
+        [usage] = materialization_metadata(result, "predictions", "usage_by_model")
+        assert sum(model["cache_hits"] for model in usage.values()) == called, name
     assert not list((lake_root / "llm_calls").glob("call-*.parquet"))
 
 
@@ -107,12 +135,35 @@ class FlakyLLMGatewayResource(LLMGatewayResource):
             yield gateway
 
 
-def typing_job() -> dg.JobDefinition:
-    """claim_types alone, with the flaky gateway; the lake and registry from PEERIFY_LAKE and PEERIFY_VENUES (a
-    reconstructable job is rebuilt from this function in the run's process)."""
-    job = dg.define_asset_job("sharded_typing", selection=["claim_types"], partitions_def=venue_partitions)
+def flaky_job(name: str, selection: list[str], partitions: dg.DynamicPartitionsDefinition) -> dg.JobDefinition:
+    """`selection` with the flaky gateway; the lake and registry from PEERIFY_LAKE and PEERIFY_VENUES."""
+    job = dg.define_asset_job(name, selection=selection, partitions_def=partitions)
     return dg.Definitions(assets=list(defs.assets), jobs=[job],
                           resources=build_resources(llm=FlakyLLMGatewayResource())).resolve_job_def(job.name)
+
+
+def typing_job() -> dg.JobDefinition:
+    """claim_types alone (a reconstructable job is rebuilt from this function in the run's process)."""
+    return flaky_job("sharded_typing", ["claim_types"], venue_partitions)
+
+
+def predictions_job() -> dg.JobDefinition:
+    """The predictions alone (a reconstructable job is rebuilt from this function in the run's process)."""
+    return flaky_job("sharded_predictions", ["predictions"], prediction_partitions)
+
+
+def run_with_a_failing_claim(job, key: str, table: str, claim_text: str,  # noqa: ANN001 - a reconstructable job
+                             lake_root: Path, registry: Path, tmp_path: Path, monkeypatch,
+                             partitions: dg.DynamicPartitionsDefinition = venue_partitions) -> shard_support.Reexecution:
+    """`table`'s partition `key` written again by `job` (reconstructable), which fails while calling about
+    `claim_text`, then re-executed from its failure (shard_support.fail_then_reexecute)."""
+    Lake(lake_root).table_path(table, key).unlink()  # what the re-execution must write again
+    flag = tmp_path / "fail"
+    flag.write_text(claim_text)
+    for name, value in (("PEERIFY_LAKE", str(lake_root)), ("PEERIFY_VENUES", str(registry)), (FAIL_FLAG, str(flag)),
+                        ("PEERIFY_LLM_CACHE_MODE", "replay-only")):
+        monkeypatch.setenv(name, value)
+    return fail_then_reexecute(job, key, tmp_path / "home", flag, Lake(lake_root).table_path(table, key), partitions)
 
 
 def test_a_failed_llm_shard_is_the_only_step_a_reexecution_runs(unsharded, tmp_path, monkeypatch):
@@ -120,16 +171,28 @@ def test_a_failed_llm_shard_is_the_only_step_a_reexecution_runs(unsharded, tmp_p
     claims = Lake(lake_root).read_table("review_claims", VENUE)
     failing_claim = claims.row(0, named=True)
     shard_steps = {f"claim_types.type_shard[{shard_key(shard_of(paper, SHARDS))}]" for paper in claims["paper_id"]}
-    Lake(lake_root).table_path("claim_types", VENUE).unlink()  # what the re-execution must write again
-    flag = tmp_path / "fail"
-    flag.write_text(failing_claim["claim_text"])
-    for name, value in (("PEERIFY_LAKE", str(lake_root)), ("PEERIFY_VENUES", str(registry)), (FAIL_FLAG, str(flag)),
-                        ("PEERIFY_LLM_CACHE_MODE", "replay-only")):
-        monkeypatch.setenv(name, value)
     failing_step = f"claim_types.type_shard[{shard_key(shard_of(failing_claim['paper_id'], SHARDS))}]"
-    runs = fail_then_reexecute(dg.reconstructable(typing_job), VENUE, tmp_path / "home", flag,
-                               Lake(lake_root).table_path("claim_types", VENUE))
+    runs = run_with_a_failing_claim(dg.reconstructable(typing_job), VENUE, "claim_types", failing_claim["claim_text"],
+                                    lake_root, registry, tmp_path, monkeypatch)
     assert runs.failed == {failing_step} and len(shard_steps) > 1
     assert shard_steps - runs.succeeded == runs.failed  # the other shards completed
     assert runs.reran == {failing_step, "claim_types.assemble_claim_types"}
     assert file_digest(lake_root, "claim_types") == file_digest(unsharded, "claim_types")
+
+
+def test_a_failed_prediction_shard_is_the_only_step_a_reexecution_runs(unsharded, tmp_path, monkeypatch):
+    registry, lake_root = sharded_copy(unsharded, tmp_path, SHARDS)
+    key = prediction_key(VENUE, sample_configurations()[0])
+    rows = Lake(lake_root).read_table("predictions", key)
+    claims = Lake(lake_root).read_table("retrieval_queries", VENUE)
+    failing = rows.filter(rows["call_id"].is_not_null()).row(0, named=True)
+    [failing_claim] = claims.filter(claims["claim_id"] == failing["claim_id"])["claim_text"].to_list()
+    shard_steps = {f"predictions.predict_shard[{shard_key(shard_of(paper, SHARDS))}]" for paper in rows["paper_id"]}
+    failing_step = f"predictions.predict_shard[{shard_key(shard_of(failing['paper_id'], SHARDS))}]"
+    runs = run_with_a_failing_claim(dg.reconstructable(predictions_job), key, "predictions", failing_claim, lake_root,
+                                    registry, tmp_path, monkeypatch, partitions=prediction_partitions)
+    assert runs.failed == {failing_step} and len(shard_steps) > 1
+    assert shard_steps - runs.succeeded == runs.failed  # the other shards completed
+    assert runs.reran == {failing_step, "predictions.assemble_predictions"}
+    assert shard_support.file_digest(lake_root, "predictions", key) == \
+        shard_support.file_digest(unsharded, "predictions", key)

@@ -1,6 +1,6 @@
-"""A venue's heavy steps (parsing, embedding) run per shard of its papers: the assignment is stable, balanced and
-covers every paper once; a venue parsed and embedded in 3 shards gives the tables one shard gives; and a shard whose
-step fails is the only one a re-execution from failure runs again."""
+"""A venue's heavy steps (parsing, chunking, embedding) run per shard of its papers: the assignment is stable,
+balanced and covers every paper once; a venue parsed, chunked and embedded in 3 shards gives the tables one shard
+gives; and a shard whose step fails is the only one a re-execution from failure runs again."""
 
 from __future__ import annotations
 
@@ -16,17 +16,19 @@ import numpy as np
 import polars as pl
 import pytest
 
+import assets.manuscripts
 from assets.manuscript_pdfs import PDF_SCHEMA
 from peerify_dagster.definitions import build_resources, defs
 from peerify_dagster.domain.shards import PAPERS_PER_SHARD, shard_count, shard_key, shard_of, shard_rows
 from peerify_dagster.domain.venues import RegistryError, load_registry
 from peerify_dagster.partitions import venue_partitions
-from peerify_dagster.resources.dagster_resources import DocumentParserResource, VenueRegistryResource
+from peerify_dagster.resources.dagster_resources import DocumentParserResource
 from peerify_dagster.resources.lake import Lake
 from peerify_dagster.resources.shard_io import SHARD, assemble_shards, split_into_shards
 from peerify_dagster.testing.cli import write_registry
 from tests import fixtures_pdf, shard_support
-from tests.shard_support import fail_then_reexecute
+from tests.shard_support import Reexecution, fail_then_reexecute
+from tests.support import materialise
 
 VENUE = "synthetic"
 SHARDS = 3
@@ -36,7 +38,7 @@ SHARDED_TABLES = [*PARSING, "chunks", "chunk_embeddings"]
 # failures).
 MANUSCRIPTS = [fixtures_pdf.two_column_paper, fixtures_pdf.one_page_abstract, fixtures_pdf.rotated_paper,
                fixtures_pdf.encrypted_paper, fixtures_pdf.image_only_paper]
-FAIL_FLAG = "SHARDS_TEST_FAIL_FLAG"  # while the file it names exists, parsing the marked paper raises
+FAIL_FLAG = "SHARDS_TEST_FAIL_FLAG"  # while the file it names exists, parsing (or chunking) the marked paper raises
 
 
 # -- the assignment ------------------------------------------------------------------------------------------------
@@ -142,12 +144,8 @@ def stage_venue(folder: Path, shards: int) -> tuple[Path, Path]:
 
 def build(folder: Path, shards: int) -> tuple[dg.ExecuteInProcessResult, Path]:
     registry, lake_root = stage_venue(folder, shards)
-    instance = dg.DagsterInstance.ephemeral()
-    instance.add_dynamic_partitions(venue_partitions.name, [VENUE])
-    result = dg.materialize(list(defs.assets), selection=SHARDED_TABLES, instance=instance, partition_key=VENUE,
-                            resources=build_resources(str(lake_root),
-                                                      venue_registry=VenueRegistryResource(path=str(registry))),
-                            raise_on_error=False)
+    result = materialise(VENUE, registry, lake_root, dg.DagsterInstance.ephemeral(),
+                         selection=dg.AssetSelection.assets(*SHARDED_TABLES))
     return result, lake_root
 
 
@@ -176,13 +174,20 @@ def materialised(result: dg.ExecuteInProcessResult, asset: str) -> dict:
     return {key: value.value for key, value in materialisation(result, asset).metadata.items()}
 
 
+def check_outcomes(result: dg.ExecuteInProcessResult) -> dict[str, tuple]:
+    """The chunks' check results: passed, severity and the failing ids, by check."""
+    return {e.check_name: (e.passed, e.severity, e.metadata["failing_ids"].value)
+            for e in result.get_asset_check_evaluations() if e.asset_key == dg.AssetKey("chunks")}
+
+
 def test_three_shards_give_the_tables_one_shard_gives(one_shard, tmp_path):
     unsharded_result, unsharded = one_shard
     result, lake_root = build(tmp_path, shards=SHARDS)
     assert result.success
     started = sorted(e.step_key for e in result.all_events if e.is_step_start)
-    assert [key for key in started if "parse_shard" in key or "embed_shard" in key] == [
+    assert [key for key in started if "parse_shard" in key or "embed_shard" in key or "chunk_shard" in key] == [
         f"{asset}.{op}[{shard_key(shard)}]" for asset, op in (("chunk_embeddings", "embed_shard"),
+                                                              ("chunks", "chunk_shard"),
                                                               ("parsed_manuscripts", "parse_shard"))
         for shard in range(SHARDS)]
     for table in ("parsed_manuscripts", "parse_errors", "chunks"):  # byte for byte: same rows, order, content
@@ -200,6 +205,10 @@ def test_three_shards_give_the_tables_one_shard_gives(one_shard, tmp_path):
     assert one.height > 0 and one.drop("embedding").equals(three.drop("embedding"))
     np.testing.assert_allclose(np.stack(three["embedding"].to_numpy()), np.stack(one["embedding"].to_numpy()),
                                atol=1e-6)
+    chunked, chunked_once = materialised(result, "chunks"), materialised(unsharded_result, "chunks")
+    assert chunked["shards"] == SHARDS and chunked["chunking"] == chunked_once["chunking"]
+    assert chunked["papers_per_shard"] == {shard_key(shard): 1 for shard in range(SHARDS)}  # the parsed papers
+    assert check_outcomes(result) == check_outcomes(unsharded_result) and len(check_outcomes(result)) == 3
     embedded = materialised(result, "chunk_embeddings")
     assert embedded["shards"] == SHARDS and embedded["embedded"] == one["text_sha256"].n_unique()
     assert sum(embedded["rows_per_shard"].values()) == one.height
@@ -229,27 +238,60 @@ class FlakyParserResource(DocumentParserResource):
         return Flaky()
 
 
-def parsing_job() -> dg.JobDefinition:
-    """The parse steps of the code location, with the flaky parser; the lake and registry from PEERIFY_LAKE and
-    PEERIFY_VENUES (a reconstructable job is rebuilt from this function in the run's process)."""
-    job = dg.define_asset_job("sharded_parsing", selection=PARSING, partitions_def=venue_partitions)
+def sharded_job(name: str, selection: list[str], **resources) -> dg.JobDefinition:
+    """`selection` of the code location with `resources` replaced; the lake and registry from PEERIFY_LAKE and
+    PEERIFY_VENUES (a reconstructable job is rebuilt from a function of this module in the run's process)."""
+    job = dg.define_asset_job(name, selection=selection, partitions_def=venue_partitions)
     return dg.Definitions(assets=list(defs.assets), jobs=[job],
-                          resources=build_resources(document_parser=FlakyParserResource(fail_paper=FAILING_PAPER)),
-                          ).resolve_job_def(job.name)
+                          resources=build_resources(**resources)).resolve_job_def(job.name)
 
 
-def test_a_failed_shard_is_the_only_step_a_reexecution_runs(unsharded, tmp_path, monkeypatch):
+def parsing_job() -> dg.JobDefinition:
+    """The parse steps, with the flaky parser."""
+    return sharded_job("sharded_parsing", PARSING, document_parser=FlakyParserResource(fail_paper=FAILING_PAPER))
+
+
+def chunking_job() -> dg.JobDefinition:
+    """The parse and chunk steps."""
+    return sharded_job("sharded_chunking", [*PARSING, "chunks"])
+
+
+def run_failing_then_again(job, table: str, tmp_path: Path, monkeypatch) -> tuple[Path, Reexecution]:  # noqa: ANN001
+    """The staged venue's `table` built by `job` (reconstructable) in 3 shards while the flag file exists (FAILING_PAPER
+    fails), then re-executed from its failure (shard_support.fail_then_reexecute); the lake's root and the runs."""
     registry, lake_root = stage_venue(tmp_path, shards=SHARDS)
     flag = tmp_path / "fail"
     flag.touch()
-    monkeypatch.setenv("PEERIFY_LAKE", str(lake_root))
-    monkeypatch.setenv("PEERIFY_VENUES", str(registry))
-    monkeypatch.setenv(FAIL_FLAG, str(flag))
-    failing_step = f"parsed_manuscripts.parse_shard[{shard_key(shard_of(FAILING_PAPER, SHARDS))}]"
-    runs = fail_then_reexecute(dg.reconstructable(parsing_job), VENUE, tmp_path / "home", flag,
-                               Lake(lake_root).table_path("parsed_manuscripts", VENUE))
+    for name, value in (("PEERIFY_LAKE", str(lake_root)), ("PEERIFY_VENUES", str(registry)), (FAIL_FLAG, str(flag))):
+        monkeypatch.setenv(name, value)
+    return lake_root, fail_then_reexecute(job, VENUE, tmp_path / "home", flag, Lake(lake_root).table_path(table, VENUE))
+
+
+def assert_only_the_failed_shard_reran(runs: Reexecution, mapped_step: str, assembly_step: str) -> None:
+    failing_step = f"{mapped_step}[{shard_key(shard_of(FAILING_PAPER, SHARDS))}]"
     assert runs.failed == {failing_step}
-    assert {f"parsed_manuscripts.parse_shard[{shard_key(s)}]" for s in range(SHARDS)} - runs.succeeded == runs.failed
-    assert runs.reran == {failing_step, "parsed_manuscripts.assemble_parsed"}
+    assert {f"{mapped_step}[{shard_key(s)}]" for s in range(SHARDS)} - runs.succeeded == runs.failed
+    assert runs.reran == {failing_step, assembly_step}
+
+
+def test_a_failed_shard_is_the_only_step_a_reexecution_runs(unsharded, tmp_path, monkeypatch):
+    lake_root, runs = run_failing_then_again(dg.reconstructable(parsing_job), "parsed_manuscripts", tmp_path,
+                                             monkeypatch)
+    assert_only_the_failed_shard_reran(runs, "parsed_manuscripts.parse_shard", "parsed_manuscripts.assemble_parsed")
     for table in PARSING:
         assert file_digest(lake_root, table) == file_digest(unsharded, table), table
+
+
+def test_a_failed_chunking_shard_is_the_only_step_a_reexecution_runs(unsharded, tmp_path, monkeypatch):
+    real_chunk_document = assets.manuscripts.chunk_document
+
+    def flaky_chunk_document(paper_id, blocks, config):
+        if paper_id == FAILING_PAPER and Path(os.environ[FAIL_FLAG]).exists():
+            raise RuntimeError(f"worker lost while chunking {paper_id}")
+        return real_chunk_document(paper_id, blocks, config)
+
+    # The runs execute their steps in this process (in_process executor), so they chunk with the flaky function.
+    monkeypatch.setattr(assets.manuscripts, "chunk_document", flaky_chunk_document)
+    lake_root, runs = run_failing_then_again(dg.reconstructable(chunking_job), "chunks", tmp_path, monkeypatch)
+    assert_only_the_failed_shard_reran(runs, "chunks.chunk_shard", "chunks.assemble_chunks")
+    assert file_digest(lake_root, "chunks") == file_digest(unsharded, "chunks")

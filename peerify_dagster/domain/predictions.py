@@ -241,12 +241,18 @@ def prompt_window(context_window: int, max_tokens: int | None, template_text: st
     return context_window - int(max_tokens or 0) - estimated_tokens(template_text)
 
 
+def verifier_item(claim_text: str, passages: Iterable[tuple[str, str]], thread_text: str | None) -> dict[str, str]:
+    """The prompt's variables of one call: the thread prompt's author text (mode thread), else `verify`'s passages
+    ((chunk id, text) in the order shown)."""
+    if thread_text is not None:
+        return {"claim": claim_text, "author_response": thread_text}
+    return {"claim": claim_text, "evidence": format_passages(list(passages))}
+
+
 def verifier_items(planned: Iterable[PlannedPrediction], text_of: Mapping[str, str]) -> list[dict[str, str]]:
-    """The prompt's variables for each planned prediction that makes a call, in plan order: `verify`'s passages, or
-    the thread prompt's author text (mode thread)."""
-    return [{"claim": p.claim["claim_text"], "author_response": p.thread_text} if p.thread_text is not None else
-            {"claim": p.claim["claim_text"],
-             "evidence": format_passages([(chunk_id, text_of[chunk_id]) for chunk_id in p.evidence_chunk_ids])}
+    """The prompt's variables for each planned prediction that makes a call, in plan order."""
+    return [verifier_item(p.claim["claim_text"], [(chunk_id, text_of[chunk_id]) for chunk_id in p.evidence_chunk_ids],
+                          p.thread_text)
             for p in planned if p.status == STATUS_OK]
 
 
