@@ -3,12 +3,15 @@ it cites. Bibliography entries parsed, citances detected and their markers resol
 scholarly metadata, cited papers found and parsed by the manuscript path, evidence windows ranked, verdicts given
 through the gateway, and the figures beside RefVerifier's. The logic is in domain/citations/."""
 
+import json
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import NamedTuple
 
 import dagster as dg
 import polars as pl
+import pyarrow.parquet as pq
 
 from peerify_dagster.cluster import queue_tags
 from peerify_dagster.domain.chunking import REGION_TYPE
@@ -25,7 +28,7 @@ from peerify_dagster.domain.layout.regions import regions_of_span
 from peerify_dagster.domain.prompts import load_prompt, prompts_code_version
 from peerify_dagster.domain.retrieval import RETRIEVER_CONFIGS
 from peerify_dagster.partitions import venue_partitions
-from peerify_dagster.resources.cited_papers import CitedPaperResolver, CitedPaperStore, index_library
+from peerify_dagster.resources.cited_papers import CitedPaperResolver, CitedPaperStore, LibraryIndex, index_library
 from peerify_dagster.resources.dagster_resources import (
     DocumentParserResource,
     EmbeddingResource,
@@ -35,10 +38,25 @@ from peerify_dagster.resources.dagster_resources import (
     VenueRegistryResource,
 )
 from peerify_dagster.resources.expectations import Expect, gate
-from peerify_dagster.resources.llm_steps import progress_logger, usage_metadata, venue_gateway
+from peerify_dagster.resources.llm_gateway.registry import ModelRegistry
+from peerify_dagster.resources.llm_steps import (
+    USAGE_SCHEMA,
+    progress_logger,
+    shard_usage_metadata,
+    usage_frame,
+    venue_gateway,
+)
+from peerify_dagster.resources.parsed_tables import BLOCK_TYPE, PAGE_SIZE_TYPE, PARSED_SCHEMA, parsed_row
 from peerify_dagster.resources.scholarly import CACHE_DIR as SCHOLARLY_CACHE_DIR
 from peerify_dagster.resources.scholarly import ScholarlyClient
-from peerify_dagster.resources.parsed_tables import BLOCK_TYPE, PAGE_SIZE_TYPE, PARSED_SCHEMA, parsed_row
+from peerify_dagster.resources.shard_io import (
+    POSITION,
+    SHARD,
+    SHARD_IO_MANAGER,
+    SHARD_SCHEMA,
+    assemble_shards,
+    split_by_paper,
+)
 
 GROUP = "citations"
 CITATIONS_CODE_VERSION = "citations-v1"
@@ -263,8 +281,110 @@ def manuscript_titles(parsed_manuscripts: pl.DataFrame) -> dict[str, str]:
     return titles
 
 
-@dg.multi_asset(
-    partitions_def=venue_partitions, group_name=GROUP, op_tags=queue_tags("pdf"),
+# Parsed manuscripts read at a time when a shard gathers the venue's titles (a few MB of blocks each).
+MANUSCRIPTS_PER_READ = 64
+
+
+def venue_manuscripts(parsed_manuscripts: pq.ParquetFile) -> tuple[dict[str, str], dict[str, str | None]]:
+    """The venue's manuscript titles (manuscript_titles) and each manuscript's PDF sha256, read batch by batch: every
+    shard needs every title, never every manuscript's blocks in memory at once."""
+    titles: dict[str, str] = {}
+    pdfs: dict[str, str | None] = {}
+    for batch in parsed_manuscripts.iter_batches(batch_size=MANUSCRIPTS_PER_READ,
+                                                 columns=["paper_id", "pdf_sha256", "blocks"]):
+        frame = pl.from_arrow(batch)
+        titles.update(manuscript_titles(frame))
+        pdfs.update(frame.select("paper_id", "pdf_sha256").rows())
+    return titles, pdfs
+
+
+OPEN_ACCESS_URLS = "open_access_urls"  # an entry's PDF locations from its reference check, carried to its shard
+
+
+@dg.op(out=dg.DynamicOut(pl.DataFrame, io_manager_key=SHARD_IO_MANAGER))
+def split_entries_to_resolve(context: dg.OpExecutionContext, bibliography: pl.DataFrame,
+                             reference_checks: pl.DataFrame, venue_registry: VenueRegistryResource):
+    """The venue's parsed bibliography entries, each with the open-access locations its reference check found, in
+    shards of the citing papers."""
+    entries = bibliography.filter(pl.col("parse_status") != NO_REFERENCES)
+    open_access = dict(reference_checks.select("entry_id", OPEN_ACCESS_URLS).rows())
+    entries = entries.with_columns(pl.Series(OPEN_ACCESS_URLS, [open_access.get(key) or [] for key in
+                                                                entries["entry_id"]], dtype=pl.List(pl.String)))
+    yield from split_by_paper(entries, venue_registry.venue(context.partition_key).shards, context.log)
+
+
+def citation_library(context: dg.OpExecutionContext, venue_registry: VenueRegistryResource,
+                     options: CitationOptions) -> LibraryIndex | None:
+    """The venue's library folder indexed (`citations.library`, relative to the registry file), None without one."""
+    if not options.library:
+        return None
+    folder = venue_registry.registry_file().parent / Path(options.library).expanduser()
+    library = index_library(folder)
+    for skipped in library.skipped:
+        context.log.warning(f"library {folder}: skipped {skipped}")
+    return library
+
+
+@dg.op(out={"resolutions": dg.Out(pl.DataFrame, io_manager_key=SHARD_IO_MANAGER),
+            "parsed": dg.Out(pl.DataFrame, io_manager_key=SHARD_IO_MANAGER)},
+       tags=queue_tags("pdf"))
+def resolve_cited_shard(context: dg.OpExecutionContext, shard: pl.DataFrame, parsed_manuscripts: pq.ParquetFile,
+                        lake: LakeResource, venue_registry: VenueRegistryResource,
+                        document_parser: DocumentParserResource):
+    """Resolve the shard's entries, and parse the cited PDFs they resolved to (each once in the shard: the store
+    keeps a parse by content hash)."""
+    venue = context.partition_key
+    options = citation_options(venue_registry, venue)
+    library = citation_library(context, venue_registry, options)
+    store = CitedPaperStore(lake.lake().root, document_parser.parser())
+    resolver = CitedPaperResolver(store)
+    titles, own_pdfs = venue_manuscripts(parsed_manuscripts)
+    placed = {row["entry_id"]: row for row in shard.select("entry_id", OPEN_ACCESS_URLS, SHARD, POSITION)
+              .iter_rows(named=True)}
+    rows = []
+    for paper_id, entries in entries_of(shard).items():
+        # A paper never cites itself: its own PDF (in the library too, say) and its own title are no candidates.
+        others = {other: title for other, title in titles.items() if other != paper_id}
+        shelf = replace(library, files=[f for f in library.files if f.sha256 != own_pdfs.get(paper_id)]) \
+            if library else None
+        for entry in entries:
+            key = entry_id(paper_id, entry.index)
+            resolution = resolver.resolve_entry(entry, options, shelf, others, placed[key][OPEN_ACCESS_URLS] or ())
+            rows.append({"venue": venue, "paper_id": paper_id, "entry_id": key, **resolution.row(),
+                         SHARD: placed[key][SHARD], POSITION: placed[key][POSITION]})
+            context.log.info(f"{key}: {resolution.status}" + (f" ({resolution.source})" if resolution.source else ""))
+    frame = pl.DataFrame(rows, schema={**CITED_PAPER_SCHEMA, **SHARD_SCHEMA})
+    parsed = []
+    for sha256 in sorted(set(frame.filter(pl.col("status") == RESOLVED)["pdf_sha256"].drop_nulls())):
+        document = store.parse(sha256)
+        parsed.append({**parsed_row(venue, sha256, document), "cited_key": f"sha256:{sha256}",
+                       "lake_path": store.lake_path(sha256)})
+    yield dg.Output(frame, output_name="resolutions")
+    yield dg.Output(pl.DataFrame(parsed, schema={**PARSED_SCHEMA, **CITED_MANUSCRIPT_SCHEMA}).select(
+        list(CITED_MANUSCRIPT_SCHEMA)), output_name="parsed")
+
+
+@dg.op(out={"cited_papers": dg.Out(pl.DataFrame), "cited_manuscripts": dg.Out(pl.DataFrame),
+            "cited_papers_found": dg.Out()})
+def assemble_cited_papers(resolutions: list[pl.DataFrame], parsed: list[pl.DataFrame]):
+    """The venue's resolutions from its shards', in the bibliography's order, and its cited manuscripts: a PDF two
+    shards' entries resolved to is parsed in both (the same blocks) and kept once, in sha256 order."""
+    frame, sharding = assemble_shards(resolutions)
+    manuscripts = pl.concat(parsed).unique("pdf_sha256", keep="first").sort("pdf_sha256").rechunk()
+    by_status = dict(frame.group_by("status").len().iter_rows())
+    yield dg.Output(frame, output_name="cited_papers", metadata={
+        "entries": frame.height, "by_status": dg.MetadataValue.json(by_status),
+        "by_source": dg.MetadataValue.json(dict(frame.drop_nulls("source").group_by("source").len().iter_rows())),
+        **sharding})
+    yield dg.Output(manuscripts, output_name="cited_manuscripts", metadata={"pdfs_parsed": manuscripts.height})
+    found = frame.group_by("paper_id").agg((pl.col("status") == RESOLVED).sum().alias("resolved"))
+    yield gate("cited_papers_found", [Expect(found, "ExpectColumnValuesToBeBetween", ("paper_id",),
+                                             {"column": "resolved", "min_value": 1})], blocking=False,
+               asset_key="cited_papers")
+
+
+@dg.graph_multi_asset(
+    partitions_def=venue_partitions, group_name=GROUP,
     outs={
         "cited_papers": dg.AssetOut(
             kinds={"python", "parquet"}, code_version=RESOLUTION_CODE_VERSION,
@@ -281,54 +401,16 @@ def manuscript_titles(parsed_manuscripts: pl.DataFrame) -> dict[str, str]:
         description="Share of entries resolved to a full text; a warning when none of a manuscript's entries could "
                     "be had (its citances can then only be Not Enough Information).")],
 )
-def cited_papers(context: dg.AssetExecutionContext, bibliography: pl.DataFrame, reference_checks: pl.DataFrame,
-                 parsed_manuscripts: pl.DataFrame, lake: LakeResource, venue_registry: VenueRegistryResource,
-                 document_parser: DocumentParserResource):
+def cited_papers(bibliography: pl.DataFrame, reference_checks: pl.DataFrame, parsed_manuscripts: pl.DataFrame):
     """Resolve every parsed entry, in the venue's `citations.resolve` order (default: its library folder, then the
     venue's own manuscripts; arXiv and open-access downloads only when the venue lists them). A full text is
     taken only when the entry's title is on its first page; a refused one (the wrong paper, encrypted, image-only)
     leaves the entry `rejected` with the reason, and the next source is tried. Taken PDFs are stored once by
-    content hash and parsed by the manuscript parser."""
-    venue = context.partition_key
-    options = citation_options(venue_registry, venue)
-    library = None
-    if options.library:
-        folder = venue_registry.registry_file().parent / Path(options.library).expanduser()  # relative to the file
-        library = index_library(folder)
-        for skipped in library.skipped:
-            context.log.warning(f"library {folder}: skipped {skipped}")
-    store = CitedPaperStore(lake.lake().root, document_parser.parser())
-    resolver = CitedPaperResolver(store)
-    titles = manuscript_titles(parsed_manuscripts)
-    open_access = dict(reference_checks.select("entry_id", "open_access_urls").rows())
-    own_pdfs = dict(parsed_manuscripts.select("paper_id", "pdf_sha256").rows())
-    rows = []
-    for paper_id, entries in entries_of(bibliography).items():
-        # A paper never cites itself: its own PDF (in the library too, say) and its own title are no candidates.
-        others = {other: title for other, title in titles.items() if other != paper_id}
-        shelf = replace(library, files=[f for f in library.files if f.sha256 != own_pdfs.get(paper_id)]) \
-            if library else None
-        for entry in entries:
-            key = entry_id(paper_id, entry.index)
-            resolution = resolver.resolve_entry(entry, options, shelf, others, open_access.get(key) or ())
-            rows.append({"venue": venue, "paper_id": paper_id, "entry_id": key, **resolution.row()})
-            context.log.info(f"{key}: {resolution.status}" + (f" ({resolution.source})" if resolution.source else ""))
-    frame = pl.DataFrame(rows, schema=CITED_PAPER_SCHEMA)
-    parsed = []
-    for sha256 in sorted(set(frame.filter(pl.col("status") == RESOLVED)["pdf_sha256"].drop_nulls())):
-        document = store.parse(sha256)
-        parsed.append({**parsed_row(venue, sha256, document), "cited_key": f"sha256:{sha256}",
-                       "lake_path": store.lake_path(sha256)})
-    manuscripts = pl.DataFrame(parsed, schema={**PARSED_SCHEMA, **CITED_MANUSCRIPT_SCHEMA}).select(
-        list(CITED_MANUSCRIPT_SCHEMA))
-    by_status = dict(frame.group_by("status").len().iter_rows())
-    yield dg.Output(frame, output_name="cited_papers", metadata={
-        "entries": frame.height, "by_status": dg.MetadataValue.json(by_status),
-        "by_source": dg.MetadataValue.json(dict(frame.drop_nulls("source").group_by("source").len().iter_rows()))})
-    yield dg.Output(manuscripts, output_name="cited_manuscripts", metadata={"pdfs_parsed": manuscripts.height})
-    found = frame.group_by("paper_id").agg((pl.col("status") == RESOLVED).sum().alias("resolved"))
-    yield gate("cited_papers_found", [Expect(found, "ExpectColumnValuesToBeBetween", ("paper_id",),
-                                             {"column": "resolved", "min_value": 1})], blocking=False)
+    content hash and parsed by the manuscript parser. One step per shard of the venue's citing papers."""
+    resolutions, parsed = split_entries_to_resolve(bibliography, reference_checks).map(
+        lambda shard: resolve_cited_shard(shard, parsed_manuscripts))
+    papers, manuscripts, found = assemble_cited_papers(resolutions.collect(), parsed.collect())
+    return {"cited_papers": papers, "cited_manuscripts": manuscripts, "cited_papers_cited_papers_found": found}
 
 
 ENRICHMENT_SCHEMA = {
@@ -336,37 +418,82 @@ ENRICHMENT_SCHEMA = {
     "hedge_level": pl.String, "supported_text": pl.String, "reason": pl.String, "call_id": pl.String,
     "prompt_id": pl.String,
 }
+# A planned row of an LLM stage carries its prompt's variables (JSON) to its shard's step, which asks the model;
+# null on a row that needs no call. The assembly drops it.
+PROMPT_VARIABLES = "prompt_variables"
+PLANNED_ENRICHMENT_SCHEMA = {**ENRICHMENT_SCHEMA, "text": pl.String, PROMPT_VARIABLES: pl.String}
 
 
-@dg.asset(partitions_def=venue_partitions, group_name=GROUP, kinds={"python", "parquet"},
-          code_version=f"citance-enrichment-v1-{prompts_code_version([verdicts.TAG_CITANCE_PROMPT])}", pool="llm",
-          op_tags=queue_tags("llm"))
-def citance_enrichment(context: dg.AssetExecutionContext, citances: pl.DataFrame, lake: LakeResource,
-                       llm: LLMGatewayResource, venue_registry: VenueRegistryResource) -> pl.DataFrame:
+def answered_rows(context: dg.OpExecutionContext, shard: pl.DataFrame, role: str, prompt: str,
+                  fill: Callable[[dict, object], dict], lake: LakeResource, llm: LLMGatewayResource,
+                  venue_registry: VenueRegistryResource, by: tuple[str, ...] = ()) -> tuple[list[dict], pl.DataFrame]:
+    """The shard's planned rows, each one with prompt variables completed by `fill(row, answer)` from its call, and
+    the shard's usage. The calls go to `role`, or, grouped `by` columns whose first names the model, to each group's
+    model. No gateway is opened when nothing is to be asked (a venue without enrichment needs no citance tagger)."""
+    todo = shard.filter(pl.col(PROMPT_VARIABLES).is_not_null())
+    if todo.is_empty():
+        return shard.to_dicts(), pl.DataFrame(schema=USAGE_SCHEMA)
+    answers = {}
+    with venue_gateway(context, llm, lake, venue_registry) as gateway:
+        gateway.preflight([role])
+        for key, rows in (todo.group_by(*by, maintain_order=True) if by else [((role,), todo)]):
+            results = gateway.map(key[0], prompt, [json.loads(variables) for variables in rows[PROMPT_VARIABLES]],
+                                  role=role, progress=progress_logger(context, f"{prompt} ({', '.join(key)})"))
+            answers.update(zip(rows[POSITION], results))
+        usage = usage_frame(gateway)
+    return [{**row, **fill(row, answers[row[POSITION]])} if row[POSITION] in answers else row
+            for row in shard.iter_rows(named=True)], usage
+
+
+@dg.op(out=dg.DynamicOut(pl.DataFrame, io_manager_key=SHARD_IO_MANAGER))
+def plan_citance_tags(context: dg.OpExecutionContext, citances: pl.DataFrame, venue_registry: VenueRegistryResource):
+    """Every citance's enrichment row in shards of the citing papers: with the tagger's prompt when the venue turns
+    `citations.enrichment` on, else complete (`off`)."""
+    enrichment = citation_options(venue_registry, context.partition_key).enrichment
+    rows = [{"venue": venue, "paper_id": paper_id, "citance_id": citance_id, "text": text,
+             **({PROMPT_VARIABLES: json.dumps(verdicts.tag_variables(text))} if enrichment
+                else {"status": verdicts.STATUS_OFF})}
+            for venue, paper_id, citance_id, text in citances.select("venue", "paper_id", "citance_id", "text").rows()]
+    yield from split_by_paper(pl.DataFrame(rows, schema=PLANNED_ENRICHMENT_SCHEMA),
+                              venue_registry.venue(context.partition_key).shards, context.log)
+
+
+@dg.op(out={"tags": dg.Out(pl.DataFrame, io_manager_key=SHARD_IO_MANAGER),
+            "usage": dg.Out(pl.DataFrame, io_manager_key=SHARD_IO_MANAGER)},
+       pool="llm", tags=queue_tags("llm"))
+def tag_citance_shard(context: dg.OpExecutionContext, shard: pl.DataFrame, lake: LakeResource,
+                      llm: LLMGatewayResource, venue_registry: VenueRegistryResource):
+    """The `citance_tagger`'s reading of each citance of the shard that asks for one."""
+    def tagged(row: dict, result) -> dict:  # noqa: ANN001
+        tag = verdicts.parse_citance_tag(result.error, result.raw_response, row["text"])
+        return {"status": tag.status, "claim_type": tag.claim_type, "hedge_level": tag.hedge_level,
+                "supported_text": tag.supported_text, "reason": tag.reason, "call_id": result.call_id or None,
+                "prompt_id": verdicts.TAG_CITANCE_PROMPT}
+
+    rows, usage = answered_rows(context, shard, verdicts.CITANCE_TAGGER_ROLE, verdicts.TAG_CITANCE_PROMPT, tagged,
+                                lake, llm, venue_registry)
+    yield dg.Output(pl.DataFrame(rows, schema={**PLANNED_ENRICHMENT_SCHEMA, **SHARD_SCHEMA}), output_name="tags")
+    yield dg.Output(usage, output_name="usage")
+
+
+@dg.op
+def assemble_citance_enrichment(context: dg.OpExecutionContext, tags: list[pl.DataFrame],
+                                usage: list[pl.DataFrame]) -> pl.DataFrame:
+    """The venue's citance readings from its shards', in the order of `citances`."""
+    frame, sharding = assemble_shards(tags)
+    context.add_output_metadata({**shard_usage_metadata(usage), **sharding})
+    return frame.select(list(ENRICHMENT_SCHEMA))
+
+
+@dg.graph_asset(partitions_def=venue_partitions, group_name=GROUP, kinds={"python", "parquet"},
+                code_version=f"citance-enrichment-v1-{prompts_code_version([verdicts.TAG_CITANCE_PROMPT])}")
+def citance_enrichment(citances: pl.DataFrame) -> pl.DataFrame:
     """The `citance_tagger` role's reading of each citance (claim type, hedge level, the part of the sentence the
     citation supports), when the venue turns `citations.enrichment` on; otherwise every row is `off` and no model is
-    called. An unusable answer keeps status parse_failed with the reason: the rule-based claim type is used then."""
-    venue = context.partition_key
-    base = citances.select("venue", "paper_id", "citance_id")
-    if not citation_options(venue_registry, venue).enrichment or citances.is_empty():
-        return base.with_columns(pl.lit(verdicts.STATUS_OFF).alias("status")).with_columns(
-            [pl.lit(None, dtype).alias(name) for name, dtype in ENRICHMENT_SCHEMA.items() if name not in base.columns
-             and name != "status"]).select(list(ENRICHMENT_SCHEMA))
-    items = [verdicts.tag_variables(text) for text in citances["text"]]
-    with venue_gateway(context, llm, lake, venue_registry) as gateway:
-        gateway.preflight([verdicts.CITANCE_TAGGER_ROLE])
-        results = gateway.map(verdicts.CITANCE_TAGGER_ROLE, verdicts.TAG_CITANCE_PROMPT, items,
-                              role=verdicts.CITANCE_TAGGER_ROLE, progress=progress_logger(context, "citances tagged"))
-        usage = usage_metadata(gateway)
-    rows = []
-    for citance, result in zip(citances.iter_rows(named=True), results):
-        tag = verdicts.parse_citance_tag(result.error, result.raw_response, citance["text"])
-        rows.append({"venue": venue, "paper_id": citance["paper_id"], "citance_id": citance["citance_id"],
-                     "status": tag.status, "claim_type": tag.claim_type, "hedge_level": tag.hedge_level,
-                     "supported_text": tag.supported_text, "reason": tag.reason, "call_id": result.call_id or None,
-                     "prompt_id": verdicts.TAG_CITANCE_PROMPT})
-    context.add_output_metadata(usage)
-    return pl.DataFrame(rows, schema=ENRICHMENT_SCHEMA)
+    called. An unusable answer keeps status parse_failed with the reason: the rule-based claim type is used then.
+    The tagger's calls run one step per shard of the venue's citing papers."""
+    tags, usage = plan_citance_tags(citances).map(tag_citance_shard)
+    return assemble_citance_enrichment(tags.collect(), usage.collect())
 
 
 EVIDENCE_SCHEMA = {
@@ -522,45 +649,6 @@ def _pairs(citances: pl.DataFrame, citation_evidence: pl.DataFrame, papers: Cite
     return pairs
 
 
-@dg.asset(partitions_def=venue_partitions, group_name=GROUP, kinds={"python", "parquet"},
-          code_version=f"citation-verdicts-v1-{prompts_code_version([verdicts.VERIFY_CITATION_PROMPT])}", pool="llm",
-          op_tags=queue_tags("llm"))
-def citation_verdicts(context: dg.AssetExecutionContext, citances: pl.DataFrame, citance_enrichment: pl.DataFrame,
-                      citation_evidence: pl.DataFrame, cited_papers: pl.DataFrame, cited_manuscripts: pl.DataFrame,
-                      parsed_manuscripts: pl.DataFrame, lake: LakeResource, llm: LLMGatewayResource,
-                      venue_registry: VenueRegistryResource) -> pl.DataFrame:
-    """Per citance, cited entry, verifier (the `citation_verifiers` role) and evidence mode (`citations.modes`:
-    windows, the ranked passages; merged, the cited paper whole when it fits the model's window): Supported,
-    Partially Supported, Not Supported or Not Enough Information with the model's explanation and the passages shown.
-    An entry whose paper could not be had is Not Enough Information with the reason and no call (never a guess); a
-    paper too long for the window is `too_long`, never truncated; an unusable answer keeps status parse_failed."""
-    venue = context.partition_key
-    options = citation_options(venue_registry, venue)
-    papers = CitedPapers(cited_papers, cited_manuscripts, parsed_manuscripts)
-    readings = citance_readings(citances, citance_enrichment)
-    template = load_prompt(verdicts.VERIFY_CITATION_PROMPT)
-    plans = {mode: _pairs(citances, citation_evidence, papers, mode) for mode in options.modes}
-    rows, usage = [], {}
-    callable_pairs = any(pair.passages for pairs in plans.values() for pair in pairs)
-    with venue_gateway(context, llm, lake, venue_registry) as gateway:
-        # The role is checked only when there is something to ask it: a venue whose citations resolve to nothing
-        # needs no citation verifier configured.
-        role = verdicts.CITATION_VERIFIERS_ROLE
-        verifiers = gateway.preflight([role])[role] if callable_pairs else []
-        for verifier in verifiers:
-            spec = gateway.registry.model(verifier)
-            for mode, pairs in plans.items():
-                rows += _verdict_rows(context, gateway, verifier, spec, mode, pairs, readings, papers, template)
-        usage = usage_metadata(gateway)
-    if not verifiers:  # nothing to call: every pair keeps its no-call verdict under the role's name
-        rows = [_no_call_row(venue, pair, role, mode) for mode, pairs in plans.items() for pair in pairs]
-    frame = pl.DataFrame(rows, schema=VERDICT_SCHEMA)
-    context.add_output_metadata({**usage, "by_label": dg.MetadataValue.json(
-        {str(k): v for k, v in frame.group_by("label").len().iter_rows()}),
-        "by_status": dg.MetadataValue.json(dict(frame.group_by("status").len().iter_rows()))})
-    return frame
-
-
 def _no_call_row(venue: str, pair: _Pair, verifier: str, mode: str, verdict: verdicts.Verdict | None = None) -> dict:
     verdict = verdict or (verdicts.no_cited_paper(pair.reason or "the cited paper could not be had")
                           if pair.key is None else verdicts.Verdict(verdicts.STATUS_NO_PASSAGES, None, None,
@@ -572,10 +660,17 @@ def _no_call_row(venue: str, pair: _Pair, verifier: str, mode: str, verdict: ver
             "tokens_out": 0}
 
 
-def _verdict_rows(context: dg.AssetExecutionContext, gateway, verifier: str, spec, mode: str,  # noqa: ANN001
-                  pairs: list[_Pair], readings: dict[str, Reading], papers: CitedPapers,
-                  template) -> list[dict]:  # noqa: ANN001
-    venue, rows, items, called = context.partition_key, [], [], []
+def _verdict_fields(verdict: verdicts.Verdict) -> dict:
+    return {"status": verdict.status, "label": verdict.label, "explanation": verdict.explanation,
+            "reason": verdict.reason}
+
+
+def _planned_verdict_rows(venue: str, verifier: str, spec, mode: str, pairs: list[_Pair],  # noqa: ANN001
+                          readings: dict[str, Reading], papers: CitedPapers, template) -> list[dict]:  # noqa: ANN001
+    """One verifier's rows of one mode in the table's order: the pairs it is not asked about (no passage; in merged
+    mode, a paper too long for its window) complete, then the pairs it is asked about with their prompt's
+    variables (their verdict fields are the call's)."""
+    rows, asked = [], []
     for pair in pairs:
         if not pair.passages:
             rows.append(_no_call_row(venue, pair, verifier, mode))
@@ -589,17 +684,86 @@ def _verdict_rows(context: dg.AssetExecutionContext, gateway, verifier: str, spe
             if not fit:
                 rows.append(_no_call_row(venue, pair, verifier, mode, verdicts.too_long(fit.reason)))
                 continue
-        items.append(variables)
-        called.append(pair)
-    results = gateway.map(verifier, verdicts.VERIFY_CITATION_PROMPT, items, role=verdicts.CITATION_VERIFIERS_ROLE,
-                          progress=progress_logger(context, f"citations judged ({verifier}, {mode})"))
-    for pair, result in zip(called, results):
-        verdict = verdicts.call_verdict(result.error, result.raw_response)
-        rows.append({**_no_call_row(venue, pair, verifier, mode, verdict),
-                     "passage_ids": [passage_id for passage_id, _ in pair.passages], "call_id": result.call_id or None,
-                     "prompt_id": verdicts.VERIFY_CITATION_PROMPT, "tokens_in": result.tokens_in,
-                     "tokens_out": result.tokens_out})
-    return rows
+        asked.append({**_no_call_row(venue, pair, verifier, mode), "status": None, "reason": None,
+                      "passage_ids": [passage_id for passage_id, _ in pair.passages],
+                      "prompt_id": verdicts.VERIFY_CITATION_PROMPT, PROMPT_VARIABLES: json.dumps(variables)})
+    return rows + asked
+
+
+PLANNED_VERDICT_SCHEMA = {**VERDICT_SCHEMA, PROMPT_VARIABLES: pl.String}
+
+
+@dg.op(out=dg.DynamicOut(pl.DataFrame, io_manager_key=SHARD_IO_MANAGER))
+def plan_citation_verdicts(context: dg.OpExecutionContext, citances: pl.DataFrame, citance_enrichment: pl.DataFrame,
+                           citation_evidence: pl.DataFrame, cited_papers: pl.DataFrame,
+                           cited_manuscripts: pl.DataFrame, parsed_manuscripts: pl.DataFrame,
+                           llm: LLMGatewayResource, venue_registry: VenueRegistryResource):
+    """Every (citance, cited entry, verifier, mode) row of the venue in its final order, in shards of the citing
+    papers: the rows that need a call carry their prompt's variables, the others are complete. What each verifier
+    is shown is chosen here for the whole venue (no model is called), so only the verifiers' calls run per shard."""
+    venue = context.partition_key
+    options = citation_options(venue_registry, venue)
+    papers = CitedPapers(cited_papers, cited_manuscripts, parsed_manuscripts)
+    readings = citance_readings(citances, citance_enrichment)
+    template = load_prompt(verdicts.VERIFY_CITATION_PROMPT)
+    plans = {mode: _pairs(citances, citation_evidence, papers, mode) for mode in options.modes}
+    # The role is read only when there is something to ask it: a venue whose citations resolve to nothing needs no
+    # citation verifier configured.
+    role = verdicts.CITATION_VERIFIERS_ROLE
+    models = ModelRegistry.load(profile=llm.profile)
+    verifiers = models.models_for_role(role) if any(pair.passages for pairs in plans.values() for pair in pairs) \
+        else []
+    rows = [row for verifier in verifiers for mode, pairs in plans.items()
+            for row in _planned_verdict_rows(venue, verifier, models.model(verifier), mode, pairs, readings, papers,
+                                             template)]
+    if not verifiers:  # nothing to call: every pair keeps its no-call verdict under the role's name
+        rows = [_no_call_row(venue, pair, role, mode) for mode, pairs in plans.items() for pair in pairs]
+    yield from split_by_paper(pl.DataFrame(rows, schema=PLANNED_VERDICT_SCHEMA),
+                              venue_registry.venue(context.partition_key).shards, context.log)
+
+
+@dg.op(out={"judged": dg.Out(pl.DataFrame, io_manager_key=SHARD_IO_MANAGER),
+            "usage": dg.Out(pl.DataFrame, io_manager_key=SHARD_IO_MANAGER)},
+       pool="llm", tags=queue_tags("llm"))
+def judge_citation_shard(context: dg.OpExecutionContext, shard: pl.DataFrame, lake: LakeResource,
+                         llm: LLMGatewayResource, venue_registry: VenueRegistryResource):
+    """Each verifier's verdict on the shard's rows that ask for one, per verifier and mode in the venue's order."""
+    def judged(_row: dict, result) -> dict:  # noqa: ANN001
+        return {**_verdict_fields(verdicts.call_verdict(result.error, result.raw_response)),
+                "call_id": result.call_id or None, "tokens_in": result.tokens_in, "tokens_out": result.tokens_out}
+
+    rows, usage = answered_rows(context, shard, verdicts.CITATION_VERIFIERS_ROLE, verdicts.VERIFY_CITATION_PROMPT,
+                                judged, lake, llm, venue_registry, by=("verifier", "mode"))
+    yield dg.Output(pl.DataFrame(rows, schema={**PLANNED_VERDICT_SCHEMA, **SHARD_SCHEMA}), output_name="judged")
+    yield dg.Output(usage, output_name="usage")
+
+
+@dg.op
+def assemble_citation_verdicts(context: dg.OpExecutionContext, judged: list[pl.DataFrame],
+                               usage: list[pl.DataFrame]) -> pl.DataFrame:
+    """The venue's citation verdicts from its shards', in the planned order."""
+    frame, sharding = assemble_shards(judged)
+    frame = frame.select(list(VERDICT_SCHEMA))
+    context.add_output_metadata({**shard_usage_metadata(usage), "by_label": dg.MetadataValue.json(
+        {str(k): v for k, v in frame.group_by("label").len().iter_rows()}),
+        "by_status": dg.MetadataValue.json(dict(frame.group_by("status").len().iter_rows())), **sharding})
+    return frame
+
+
+@dg.graph_asset(partitions_def=venue_partitions, group_name=GROUP, kinds={"python", "parquet"},
+                code_version=f"citation-verdicts-v1-{prompts_code_version([verdicts.VERIFY_CITATION_PROMPT])}")
+def citation_verdicts(citances: pl.DataFrame, citance_enrichment: pl.DataFrame, citation_evidence: pl.DataFrame,
+                      cited_papers: pl.DataFrame, cited_manuscripts: pl.DataFrame,
+                      parsed_manuscripts: pl.DataFrame) -> pl.DataFrame:
+    """Per citance, cited entry, verifier (the `citation_verifiers` role) and evidence mode (`citations.modes`:
+    windows, the ranked passages; merged, the cited paper whole when it fits the model's window): Supported,
+    Partially Supported, Not Supported or Not Enough Information with the model's explanation and the passages shown.
+    An entry whose paper could not be had is Not Enough Information with the reason and no call (never a guess); a
+    paper too long for the window is `too_long`, never truncated; an unusable answer keeps status parse_failed. The
+    verifiers' calls run one step per shard of the venue's citing papers."""
+    judged, usage = plan_citation_verdicts(citances, citance_enrichment, citation_evidence, cited_papers,
+                                           cited_manuscripts, parsed_manuscripts).map(judge_citation_shard)
+    return assemble_citation_verdicts(judged.collect(), usage.collect())
 
 
 @dg.asset(partitions_def=venue_partitions, group_name=GROUP, kinds={"python", "parquet"},

@@ -28,7 +28,6 @@ from peerify_dagster.domain.paper_claims import (
 )
 from peerify_dagster.domain.prompts import prompts_code_version, template_hash
 from peerify_dagster.domain.quality import with_found
-from peerify_dagster.domain.shards import shard_count
 from peerify_dagster.partitions import venue_partitions
 from peerify_dagster.resources.dagster_resources import (
     EmbeddingResource,
@@ -44,7 +43,7 @@ from peerify_dagster.resources.shard_io import (
     SHARD_IO_MANAGER,
     SHARD_SCHEMA,
     assemble_shards,
-    split_into_shards,
+    split_by_paper,
 )
 
 EXTRACT_PROMPT = "extract_claims"
@@ -137,14 +136,6 @@ def _plan_units(reviews: pl.DataFrame, followups: pl.DataFrame, scope: Mapping[s
     return units
 
 
-def _split_by_paper(context: dg.OpExecutionContext, frame: pl.DataFrame, venue_registry: VenueRegistryResource):
-    """`frame`'s rows in shards of the venue's papers (domain/shards.py: a paper's rows in the shard of its forum id,
-    the same shard as its parsing's), as the DynamicOutputs of a split op."""
-    shards = shard_count(frame["paper_id"].n_unique(), venue_registry.venue(context.partition_key).shards)
-    context.log.info(f"{frame.height} rows of {frame['paper_id'].n_unique()} papers in {shards} shard(s)")
-    yield from split_into_shards(frame, frame["paper_id"].to_list(), shards)
-
-
 def _extraction_work(reviews: pl.DataFrame, followups: pl.DataFrame,
                      paper_sample: pl.DataFrame) -> tuple[list[_Unit], list[tuple[_Unit, ReviewSection]]]:
     """The venue's reviews and follow-ups, and the (unit, section) pairs sent to the extractor, in the venue's order
@@ -161,7 +152,7 @@ def split_review_sections(context: dg.OpExecutionContext, reviews: pl.DataFrame,
     sections = pl.DataFrame({"paper_id": [unit.row["paper_id"] for unit, _ in work],
                              "review_text": [rules.section_prompt_text(section) for _, section in work]},
                             schema={"paper_id": pl.String, "review_text": pl.String})
-    yield from _split_by_paper(context, sections, venue_registry)
+    yield from split_by_paper(sections, venue_registry.venue(context.partition_key).shards, context.log)
 
 
 # What the extractor answered for one section: the claims it wrote (null: the answer is unusable), the error.
@@ -285,8 +276,8 @@ def review_claims(reviews: pl.DataFrame, reviewer_followups: pl.DataFrame, paper
 def split_claims_to_type(context: dg.OpExecutionContext, review_claims: pl.DataFrame,
                          venue_registry: VenueRegistryResource):
     """The venue's review claims in shards of its papers (a paper's claims in the shard of its forum id)."""
-    yield from _split_by_paper(context, review_claims.select("claim_id", "paper_id", "review_id", "claim_text"),
-                               venue_registry)
+    yield from split_by_paper(review_claims.select("claim_id", "paper_id", "review_id", "claim_text"),
+                              venue_registry.venue(context.partition_key).shards, context.log)
 
 
 @dg.op(out={"types": dg.Out(pl.DataFrame, io_manager_key=SHARD_IO_MANAGER),
@@ -393,7 +384,7 @@ def split_paragraph_draws(context: dg.OpExecutionContext, config: PaperClaimsCon
     paragraphs = pl.DataFrame([{"paper_id": paper_id, "section": " > ".join(block.section_path),
                                 "paragraph": block.text} for paper_id, _, block, _ in drawn],
                               schema={"paper_id": pl.String, "section": pl.String, "paragraph": pl.String})
-    yield from _split_by_paper(context, paragraphs, venue_registry)
+    yield from split_by_paper(paragraphs, venue_registry.venue(context.partition_key).shards, context.log)
 
 
 # What the extractor made of one drawn paragraph: the claim it wrote (or why it is unusable) and its rephrasing.

@@ -5,7 +5,6 @@ import dagster as dg
 import polars as pl
 
 from peerify_dagster.cluster import queue_tags
-from peerify_dagster.domain.shards import shard_count
 from peerify_dagster.partitions import venue_partitions
 from peerify_dagster.resources.dagster_resources import EmbeddingResource, LakeResource, VenueRegistryResource
 from peerify_dagster.resources.shard_io import (
@@ -13,7 +12,7 @@ from peerify_dagster.resources.shard_io import (
     SHARD,
     SHARD_IO_MANAGER,
     assemble_shards,
-    split_into_shards,
+    split_by_paper,
 )
 
 EMBEDDING_CODE_VERSION = "embeddings-v1"
@@ -24,11 +23,8 @@ SHARD_STATS_SCHEMA = {"cache_hits": pl.Int64, "embedded": pl.Int64, "dimension":
 @dg.op(out=dg.DynamicOut(pl.DataFrame, io_manager_key=SHARD_IO_MANAGER))
 def split_chunks(context: dg.OpExecutionContext, chunks: pl.DataFrame, venue_registry: VenueRegistryResource):
     """The venue's chunks in shards of its papers (a paper's chunks stay in its one shard)."""
-    venue = venue_registry.venue(context.partition_key)
-    shards = shard_count(chunks["paper_id"].n_unique(), venue.shards)
-    context.log.info(f"{chunks.height} chunks in {shards} shard(s)")
-    yield from split_into_shards(chunks.select("venue", "chunk_id", "paper_id", "text_sha256", "text"),
-                                 chunks["paper_id"].to_list(), shards)
+    yield from split_by_paper(chunks.select("venue", "chunk_id", "paper_id", "text_sha256", "text"),
+                              venue_registry.venue(context.partition_key).shards, context.log, "chunks")
 
 
 @dg.op(out={"embeddings": dg.Out(pl.DataFrame, io_manager_key=SHARD_IO_MANAGER),

@@ -13,7 +13,6 @@ from peerify_dagster.domain.labels import LABELS, NOT_DETERMINED
 from peerify_dagster.domain.llm_calls import estimate_tokens
 from peerify_dagster.domain.prompts import prompts_code_version, template_hash
 from peerify_dagster.domain.retrieval import STATUS_OK, build_retrievers, paper_index_loader, retrieve_claims
-from peerify_dagster.domain.shards import shard_count
 from peerify_dagster.partitions import venue_partitions
 from peerify_dagster.resources.dagster_resources import (
     EmbeddingResource,
@@ -29,7 +28,7 @@ from peerify_dagster.resources.shard_io import (
     SHARD_IO_MANAGER,
     SHARD_SCHEMA,
     assemble_shards,
-    split_into_shards,
+    split_by_paper,
 )
 
 CLAIM_LABELS_CODE_VERSION = f"claim-labels-v1-{prompts_code_version([lab.THREAD_PROMPT, lab.MANUSCRIPT_PROMPT])}"
@@ -167,9 +166,7 @@ def plan_claim_labels(context: dg.OpExecutionContext, review_claims: pl.DataFram
                 rows.append({**base, "model": spec.name, "parse_ok": False, "evidence_quotes": [],
                              "error": evidence[row["claim_id"]].error})
     planned = pl.DataFrame(rows, schema=PLANNED_LABEL_SCHEMA)
-    shards = shard_count(planned["paper_id"].n_unique(), venue.shards)
-    context.log.info(f"{planned.height} label rows of {planned['paper_id'].n_unique()} papers in {shards} shard(s)")
-    yield from split_into_shards(planned, planned["paper_id"].to_list(), shards)
+    yield from split_by_paper(planned, venue.shards, context.log, "label rows")
 
 
 @dg.op(out={"labels": dg.Out(pl.DataFrame, io_manager_key=SHARD_IO_MANAGER),

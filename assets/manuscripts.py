@@ -19,7 +19,6 @@ from peerify_dagster.domain.chunking import (
 )
 from peerify_dagster.domain.chunking import chunk_stats as compute_chunk_stats
 from peerify_dagster.domain.layout.blocks import LAYOUT_VERSION, Block
-from peerify_dagster.domain.shards import shard_count
 from peerify_dagster.partitions import venue_partitions
 from peerify_dagster.resources.dagster_resources import DocumentParserResource, LakeResource, VenueRegistryResource
 from peerify_dagster.resources.document_parser import ManuscriptParseError
@@ -32,7 +31,7 @@ from peerify_dagster.resources.shard_io import (
     SHARD_IO_MANAGER,
     SHARD_SCHEMA,
     assemble_shards,
-    split_into_shards,
+    split_by_paper,
 )
 
 PARSING_CODE_VERSION = f"parsing-v1-layout-{LAYOUT_VERSION}"
@@ -43,15 +42,8 @@ CHUNKING_CODE_VERSION = "chunking-v3"
 def split_manuscripts(context: dg.OpExecutionContext, manuscript_pdfs: pl.DataFrame,
                       venue_registry: VenueRegistryResource):
     """The venue's manuscripts (its `manuscript_pdfs` rows) in shards of its papers (domain/shards.py)."""
-    yield from _paper_shards(context, manuscript_pdfs, venue_registry)
-
-
-def _paper_shards(context: dg.OpExecutionContext, papers: pl.DataFrame, venue_registry: VenueRegistryResource):
-    """`papers` (one row per paper) in shards of the venue's papers (domain/shards.py), as a split op's
-    DynamicOutputs."""
-    shards = shard_count(papers.height, venue_registry.venue(context.partition_key).shards)
-    context.log.info(f"{papers.height} manuscripts in {shards} shard(s)")
-    yield from split_into_shards(papers, papers["paper_id"].to_list(), shards)
+    yield from split_by_paper(manuscript_pdfs, venue_registry.venue(context.partition_key).shards, context.log,
+                              "manuscripts")
 
 
 @dg.op(out={"parsed": dg.Out(pl.DataFrame, io_manager_key=SHARD_IO_MANAGER),
@@ -135,7 +127,8 @@ def paper_chunk_rows(venue: str, paper: Mapping, config: ChunkingConfig) -> list
 def split_parsed_manuscripts(context: dg.OpExecutionContext, parsed_manuscripts: pl.DataFrame,
                              venue_registry: VenueRegistryResource):
     """The venue's parsed manuscripts in shards of its papers (a paper in the shard of its parsing)."""
-    yield from _paper_shards(context, parsed_manuscripts.select("paper_id", "blocks"), venue_registry)
+    yield from split_by_paper(parsed_manuscripts.select("paper_id", "blocks"),
+                              venue_registry.venue(context.partition_key).shards, context.log, "manuscripts")
 
 
 # A shard's chunks: one row per manuscript, its chunks nested (with their estimated tokens, which the runaway check

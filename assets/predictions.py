@@ -15,7 +15,6 @@ from peerify_dagster.domain import predictions as pred
 from peerify_dagster.domain.labelling import raw_label
 from peerify_dagster.domain.predictions import venue_and_configuration
 from peerify_dagster.domain.prompts import load_prompt, prompts_code_version
-from peerify_dagster.domain.shards import shard_count
 from peerify_dagster.partitions import EVERY_PARTITION, prediction_partitions
 from peerify_dagster.resources.dagster_resources import (
     LakeResource,
@@ -31,7 +30,7 @@ from peerify_dagster.resources.shard_io import (
     SHARD_IO_MANAGER,
     SHARD_SCHEMA,
     assemble_shards,
-    split_into_shards,
+    split_by_paper,
 )
 
 VERIFY_PROMPT = pred.VERIFY_PROMPT
@@ -108,10 +107,7 @@ def plan_prediction_shards(context: dg.OpExecutionContext, lake: LakeResource, l
             "evidence_texts": [text_of[chunk_id] for chunk_id in plan.evidence_chunk_ids],
         } if plan.status == pred.STATUS_OK else {"error": plan.reason}, prompt_id) for plan in planned]
     planned_rows = pl.DataFrame(rows, schema=PLANNED_SCHEMA)
-    papers = planned_rows["paper_id"].n_unique()
-    shards = shard_count(papers, _configured_shards(venue_registry, venue))
-    context.log.info(f"{planned_rows.height} prediction rows of {papers} papers in {shards} shard(s)")
-    yield from split_into_shards(planned_rows, planned_rows["paper_id"].to_list(), shards)
+    yield from split_by_paper(planned_rows, _configured_shards(venue_registry, venue), context.log, "prediction rows")
 
 
 @dg.op(out={"rows": dg.Out(pl.DataFrame, io_manager_key=SHARD_IO_MANAGER),

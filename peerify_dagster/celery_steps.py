@@ -4,7 +4,8 @@
 dagster_celery treats a task that raised as an error of the executor: it stops submitting steps, yet keeps waiting
 for the ones it has not submitted, so a run with any step left hangs for ever. Read as the step's failure, the run
 ends FAILURE with the step named (its downstream skipped, independent steps done), and its re-execution from the
-failure (the daemon's run retry, or the UI's) runs what is missing. Imported only when PEERIFY_EXECUTOR=celery.
+failure runs what is missing: `peerify build` re-executes it when every failed step lost its worker
+(`lost_worker_steps`), as do the daemon's run retries and the UI. Imported only when PEERIFY_EXECUTOR=celery.
 """
 
 from __future__ import annotations
@@ -16,10 +17,15 @@ from celery.exceptions import WorkerLostError
 from dagster._core.events import DagsterEvent
 from dagster._core.execution.plan.objects import StepFailureData
 from dagster._core.execution.retries import RetryMode
-from dagster._serdes import serialize_value
+from dagster._grpc.types import ExecuteStepArgs
+from dagster._serdes import pack_value, serialize_value
 from dagster._utils.error import serializable_error_info_from_exc_info
+from dagster_celery.config import TASK_EXECUTE_PLAN_NAME
 from dagster_celery.core_execution_loop import core_celery_execution_loop
-from dagster_celery.executor import CELERY_CONFIG, CeleryExecutor, _submit_task
+from dagster_celery.executor import CELERY_CONFIG, CeleryExecutor
+from dagster_celery.tasks import create_task
+
+LOST_WORKER_ERROR = WorkerLostError.__name__  # the class name a lost worker's step failure records
 
 
 class StepResult:
@@ -48,8 +54,32 @@ class StepResult:
             return [serialize_value(failure)]
 
 
+def step_task(app):  # noqa: ANN001, ANN201 - Celery's app and task
+    """dagster_celery's step task on `app`, defined once. dagster_celery's own `_submit_task` defines it again for
+    every step it submits, and Celery warns of each new definition under the same name (DuplicateTaskNameWarning)."""
+    return app.tasks[TASK_EXECUTE_PLAN_NAME] if TASK_EXECUTE_PLAN_NAME in app.tasks else create_task(app)
+
+
 def submit_step(app, plan_context, step, queue, priority, known_state) -> StepResult:  # noqa: ANN001
-    return StepResult(_submit_task(app, plan_context, step, queue, priority, known_state), plan_context, step)
+    """dagster_celery's `_submit_task`, the step task defined once (`step_task`)."""
+    job = plan_context.reconstructable_job
+    arguments = ExecuteStepArgs(job_origin=job.get_python_origin(), run_id=plan_context.dagster_run.run_id,
+                                step_keys_to_execute=[step.key], instance_ref=plan_context.instance.get_ref(),
+                                retry_mode=plan_context.executor.retries.for_inner_plan(), known_state=known_state,
+                                print_serialized_events=True)
+    signature = step_task(app).si(execute_step_args_packed=pack_value(arguments), executable_dict=job.to_dict())
+    result = signature.apply_async(priority=priority, queue=queue, routing_key=f"{queue}.execute_plan")
+    return StepResult(result, plan_context, step)
+
+
+def lost_worker_steps(instance: dg.DagsterInstance, run_id: str) -> list[str]:
+    """The failed steps of a run, when every one of them failed because its worker process died (StepResult);
+    [] when any failed otherwise, or none did (the run itself failed): only then is re-executing it unchanged of
+    use."""
+    failures = instance.all_logs(run_id, of_type=dg.DagsterEventType.STEP_FAILURE)
+    lost = [record.step_key for record in failures
+            if (error := record.dagster_event.step_failure_data.error) and error.cls_name == LOST_WORKER_ERROR]
+    return lost if failures and len(lost) == len(failures) else []
 
 
 class StepFailingCeleryExecutor(CeleryExecutor):

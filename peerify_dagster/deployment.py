@@ -10,6 +10,9 @@ import time), so one `peerify build` works on either. Unset, every one of them m
 - `PEERIFY_REDIS_URL`: the Celery broker and result backend, and the model limits shared by every worker.
 - `PEERIFY_POSTGRES_URL`: Dagster's run, event and schedule storage (the cluster profile's dagster.yaml reads it),
   and the locks that must hold across machines (the ledger's per-call claims, the decisions ledger's appends).
+- `PEERIFY_LOST_WORKER_RETRIES`: how many times `peerify build` re-executes a Celery run from its failure when every
+  step that failed lost its worker process (killed, out of memory): default 1, 0 never. A step's own error is never
+  retried.
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ import os
 
 EXECUTORS = ("in_process", "celery")
 OBJECT_STORE_SCHEMES = ("s3://",)
+LOST_WORKER_RETRIES = "PEERIFY_LOST_WORKER_RETRIES"
+DEFAULT_LOST_WORKER_RETRIES = 1
 
 
 def executor() -> str:
@@ -34,6 +39,14 @@ def redis_url() -> str | None:
 
 def postgres_url() -> str | None:
     return os.environ.get("PEERIFY_POSTGRES_URL") or None
+
+
+def lost_worker_retries() -> int:
+    """PEERIFY_LOST_WORKER_RETRIES (a whole number, 0 or more), else DEFAULT_LOST_WORKER_RETRIES."""
+    text = os.environ.get(LOST_WORKER_RETRIES) or str(DEFAULT_LOST_WORKER_RETRIES)
+    if not text.isdigit():
+        raise ValueError(f"{LOST_WORKER_RETRIES}={text!r}: must be a whole number of re-executions, 0 or more")
+    return int(text)
 
 
 def is_object_store(root: str) -> bool:

@@ -1,20 +1,56 @@
-"""What the sharding tests share: a table partition's digest, and a job run with one shard failing, then
-re-executed from its failure."""
+"""What the sharding tests share: a table partition's digest, a gateway that fails one shard's calls, and a job run
+with one shard failing, then re-executed from its failure."""
 
 from __future__ import annotations
 
 import hashlib
+import os
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import dagster as dg
 
+from peerify_dagster.definitions import build_resources, defs
 from peerify_dagster.partitions import venue_partitions
+from peerify_dagster.resources.dagster_resources import LLMGatewayResource
 from peerify_dagster.resources.lake import Lake
 
 
 def file_digest(lake_root: Path, table: str, venue: str) -> str:
     return hashlib.sha256(Lake(lake_root).table_path(table, venue).read_bytes()).hexdigest()
+
+
+class FlakyLLMGatewayResource(LLMGatewayResource):
+    """The real gateway, except that a batch of calls whose item `item_field` is the text in the file named by the
+    variable `fail_flag_env` raises while that file exists: a worker lost in the middle of one shard's calls."""
+
+    fail_flag_env: str
+    item_field: str
+
+    @contextmanager
+    def gateway(self, lake, run_id: str):  # noqa: ANN001 - a Lake
+        with super().gateway(lake, run_id) as gateway:
+            real_map = gateway.map
+
+            def flaky_map(target, prompt_id, items, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003
+                flag = Path(os.environ[self.fail_flag_env])
+                if flag.exists() and any(item.get(self.item_field) == flag.read_text() for item in items):
+                    raise RuntimeError(f"worker lost while calling {target} about {flag.read_text()!r}")
+                return real_map(target, prompt_id, items, *args, **kwargs)
+
+            gateway.map = flaky_map
+            yield gateway
+
+
+def flaky_job(name: str, selection: list[str], partitions: dg.DynamicPartitionsDefinition, fail_flag_env: str,
+              item_field: str) -> dg.JobDefinition:
+    """`selection` with the flaky gateway (FlakyLLMGatewayResource); the lake and registry from PEERIFY_LAKE and
+    PEERIFY_VENUES. A reconstructable job's function calls this in the run's process."""
+    job = dg.define_asset_job(name, selection=selection, partitions_def=partitions)
+    gateway = FlakyLLMGatewayResource(fail_flag_env=fail_flag_env, item_field=item_field)
+    return dg.Definitions(assets=list(defs.assets), jobs=[job],
+                          resources=build_resources(llm=gateway)).resolve_job_def(job.name)
 
 
 @dataclass(frozen=True)

@@ -1,11 +1,12 @@
 """The cluster profile on real servers (tests/conftest.py: Redis, Postgres, SeaweedFS's S3 on loopback): a Dagster
 home on Postgres storage (`peerify cluster init`), two Celery workers (`peerify worker`, each with a cache folder of
 its own, as on two machines) and the lake in an S3 bucket. The sample venue is built on them once, answered by its LLM
-recording: its graph through `peerify build`'s own `run_job`, one LLM step's process SIGKILLed (its run fails, and the
-re-execution from the failure completes), then its predictions and results by `peerify build sample
---configuration ...`. Every partition object in the bucket equals the default single-machine build's (the session's
-`sample_lake`), no LLM call was made twice or live, the `llm` pool held, and `peerify recover` left the live runs
-alone. The k8s run config validates against the code location's job."""
+recording: its graph through `peerify build`'s own `run_job`, one LLM step's process SIGKILLed (its run fails, and
+`run_job` re-executes it from the failure, which completes; a real step error is never re-executed), then its
+predictions and results by `peerify build sample --configuration ...`. Every partition object in the bucket equals
+the default single-machine build's (the session's `sample_lake`; the predictions' shard reports, which hold seconds,
+apart), no LLM call was made twice or live, the `llm` pool held, and `peerify recover` left the live runs alone.
+The k8s run config validates against the code location's job."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,6 +32,7 @@ from peerify_dagster.cluster import CLUSTER_INSTANCE, K8S_RUN_CONFIG, QUEUE_TAG,
 from peerify_dagster.paths import REPO_ROOT
 from peerify_dagster.resources.lake import CATALOG_FILE, LEDGER_DIR, partition_slug
 from peerify_dagster.resources.runs import recover_dead_runs
+from peerify_dagster.resources.shard_io import SHARDS_DIR
 from peerify_dagster.testing.cli import (LEDGER_COLUMNS, SAMPLE_DIR, cli_env, descendants, peerify, sample_registry,
                                          start_peerify, stop_process)
 from peerify_dagster.testing.services import SeaweedS3Service
@@ -41,26 +44,17 @@ KILLED_ASSET = "paper_claims"  # its LLM step is ready while review_claims's run
 WORKERS = ("cluster-w1", "cluster-w2")
 RUN_TIMEOUT_S = 600
 
-# The orchestrating process of a run, as `peerify build` is: a run of the venue's graph through cli/home.py's run_job
-# (`run`), or the re-execution of a failed run from its failure (`retry RUN_ID`). Prints the run id and its success.
+# The orchestrating process of a run, as `peerify build` is: a run of the venue graph of the partition argv[1] through
+# cli/home.py's run_job, with its re-executions after lost workers. Prints its runs' ids and its success.
 ORCHESTRATOR = """
 import json, sys
-import dagster as dg
 from peerify_dagster.cli.home import open_home, run_job
-from peerify_dagster.cluster import reconstructable_job
 from peerify_dagster.partitions import add_venue_partitions
-from peerify_dagster.resources import runs
 
 instance = open_home("the cluster test's orchestrator", capture_step_output=False)
-if sys.argv[1] == "run":
-    add_venue_partitions(instance, "sample", [])
-    result = run_job(instance, "build_venue", "sample")
-else:
-    parent = instance.get_run_by_id(sys.argv[2])
-    result = dg.execute_job(reconstructable_job("build_venue"), instance,
-                            tags={**parent.tags, **runs.process_tags()},
-                            reexecution_options=dg.ReexecutionOptions.from_failure(parent.run_id, instance))
-print(json.dumps({"run_id": result.run_id, "success": result.success}))
+add_venue_partitions(instance, sys.argv[1], [])
+result = run_job(instance, "build_venue", sys.argv[1])
+print(json.dumps({"run_ids": result.run_ids, "success": result.success}))
 """
 
 
@@ -112,10 +106,11 @@ class Cluster:
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def outcome(process: subprocess.Popen) -> dict:
-    out, err = process.communicate(timeout=RUN_TIMEOUT_S)
+def outcome(process: subprocess.Popen) -> tuple[dict, str]:
+    """What the orchestrator printed (its runs' ids and success), and what it said on the console."""
+    out, err = process.communicate(timeout=2 * RUN_TIMEOUT_S)
     assert process.returncode == 0, err[-4000:]
-    return json.loads(out.strip().splitlines()[-1])
+    return json.loads(out.strip().splitlines()[-1]), err
 
 
 def failure_text(instance: dg.DagsterInstance, run_id: str) -> str:
@@ -169,8 +164,9 @@ def cluster(tmp_path_factory, redis_service, postgres_service, s3_service):
 
 @dataclass
 class KilledAndRetried:
-    first: dict
-    second: dict
+    run_ids: list[str]
+    success: bool
+    console: str
     killed_step: str
     killed_pid: int
     killed_in_worker: str
@@ -181,12 +177,12 @@ class KilledAndRetried:
 @pytest.fixture(scope="module")
 def killed_and_retried(cluster) -> KilledAndRetried:
     """The venue's graph run on the workers with the `llm` pool at one slot; the process running KILLED_ASSET's LLM
-    step is SIGKILLed as the step starts; then the failed run is re-executed from its failure."""
+    step is SIGKILLed as the step starts; run_job then re-executes the failed run from its failure by itself."""
     instance = cluster.instance()
     instance.event_log_storage.set_concurrency_slots("llm", 1)
     llm_ops = llm_pool_ops()
     started = time.monotonic()
-    orchestrator = cluster.orchestrate("run")
+    orchestrator = cluster.orchestrate(VENUE)
     run_id = wait_for("the run to be created", lambda: [r.run_id for r in instance.get_runs(limit=1)])[0]
     start = wait_for(f"an LLM step of {KILLED_ASSET} to start", lambda: [
         record for record in instance.all_logs(run_id, of_type=dg.DagsterEventType.STEP_START)
@@ -198,16 +194,14 @@ def killed_and_retried(cluster) -> KilledAndRetried:
     worker = next(name for name, process in cluster.workers.items() if step_pid in descendants(process.pid))
     os.kill(step_pid, signal.SIGKILL)
     killed_at, killed_clock = time.monotonic(), time.time()
-    first = outcome(orchestrator)
-    failed_at = time.monotonic()
-    second = outcome(cluster.orchestrate("retry", first["run_id"]))
+    done, console = outcome(orchestrator)
     finished = time.monotonic()
     step_failed = [record.timestamp for record in instance.all_logs(
-        first["run_id"], of_type=dg.DagsterEventType.STEP_FAILURE) if record.step_key == killed_step]
-    return KilledAndRetried(first, second, killed_step, step_pid, worker, recovered,
+        run_id, of_type=dg.DagsterEventType.STEP_FAILURE) if record.step_key == killed_step]
+    return KilledAndRetried(done["run_ids"], done["success"], console, killed_step, step_pid, worker, recovered,
                             {"until kill": killed_at - started,
                              "kill to step failure": step_failed[0] - killed_clock if step_failed else None,
-                             "kill to run end": failed_at - killed_at, "re-execution": finished - failed_at,
+                             "kill to the end of the re-execution": finished - killed_at,
                              "total": finished - started})
 
 
@@ -233,11 +227,25 @@ def test_heavy_steps_carry_their_queue_and_the_default_path_never_loads_celery()
     seen = json.loads(done.stdout.strip().splitlines()[-1])
     assert seen["celery"] == [] and seen["executor"] == "multi_or_in_process_executor"
     queues = {name: queue for name, (queue, _) in seen["ops"].items()}
-    assert queues["manuscript_pdfs"] == "pdf" and queues["cited_papers"] == "pdf"
+    assert queues["manuscript_pdfs"] == "pdf" and queues["resolve_cited_shard"] == "pdf"
     assert queues["citation_evidence"] == "embedding"
     # Every LLM step (the extractor's, fact tagger's, labellers', citance tagger's, citation verifiers') on `llm`.
     llm_steps = {name for name, (_, pool) in seen["ops"].items() if pool == "llm"}
     assert len(llm_steps) >= 5 and {queues[name] for name in llm_steps} == {"llm"}, seen["ops"]
+
+
+def test_the_step_task_is_defined_once_per_app():
+    """dagster_celery defines its step task anew for every step submitted, and Celery warns from the second
+    definition under the same name on (DuplicateTaskNameWarning); the executor's submit defines it once."""
+    from celery import Celery
+
+    from peerify_dagster.celery_steps import step_task
+
+    app = Celery("step-task-test", broker="memory://")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        first = step_task(app)
+        assert step_task(app) is first and first.name == "execute_plan"
 
 
 # -- the Kubernetes run config ------------------------------------------------------------------------------------
@@ -257,7 +265,7 @@ def test_the_k8s_run_config_validates_against_the_code_locations_job(k8s_job):
     validated = dg.validate_run_config(k8s_job, config)
     executor = validated["execution"]["k8s"]  # resolved to the job's executor by name
     assert executor["job_namespace"] == "peerify" and executor["env_secrets"] == ["peerify-secrets"]
-    assert set(executor["per_step_k8s_config"]) == {"parse_shard", "embed_shard"}
+    assert set(executor["per_step_k8s_config"]) == {"parse_shard", "embed_shard", "resolve_cited_shard"}
 
 
 def test_a_broken_k8s_run_config_fails_validation(k8s_job):
@@ -284,11 +292,11 @@ def test_cluster_init_names_every_missing_variable_and_keeps_an_existing_home(tm
 
 
 # -- a run on the workers -------------------------------------------------------------------------------------------
-def test_the_killed_step_fails_its_run_and_the_retry_completes(cluster, killed_and_retried):
+def test_the_killed_step_fails_its_run_and_the_automatic_re_execution_completes(cluster, killed_and_retried):
     instance = cluster.instance()
-    first = instance.get_run_by_id(killed_and_retried.first["run_id"])
-    second = instance.get_run_by_id(killed_and_retried.second["run_id"])
-    assert not killed_and_retried.first["success"] and first.status == dg.DagsterRunStatus.FAILURE
+    assert len(killed_and_retried.run_ids) == 2  # the run and one re-execution (PEERIFY_LOST_WORKER_RETRIES: 1)
+    first, second = (instance.get_run_by_id(run_id) for run_id in killed_and_retried.run_ids)
+    assert first.status == dg.DagsterRunStatus.FAILURE
     failure = failure_text(instance, first.run_id)
     killed = killed_and_retried.killed_step
     assert f'running step "{killed}" died' in failure and "WorkerLostError" in failure, failure
@@ -298,8 +306,11 @@ def test_the_killed_step_fails_its_run_and_the_retry_completes(cluster, killed_a
     built_first = {record.dagster_event.asset_key.to_user_string() for record in instance.all_logs(
         first.run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION)}
     assert {"chunks", "chunk_embeddings", "review_claims"} <= built_first and KILLED_ASSET not in built_first
-    assert killed_and_retried.second["success"] and second.status == dg.DagsterRunStatus.SUCCESS
+    assert killed_and_retried.success and second.status == dg.DagsterRunStatus.SUCCESS
     assert second.parent_run_id == first.run_id and second.tags["dagster/partition"] == VENUE
+    assert (f"run {first.run_id} (build_venue {VENUE}): the worker process of {killed} died; re-executing the run "
+            "from its failure (1 of 1, PEERIFY_LOST_WORKER_RETRIES)") in killed_and_retried.console
+    assert "DuplicateTaskNameWarning" not in killed_and_retried.console  # the step task defined once per run
     # The re-execution ran the killed step and what the failure left undone, not what had succeeded.
     ran_second = {record.step_key for record in instance.all_logs(
         second.run_id, of_type=dg.DagsterEventType.STEP_START)}
@@ -312,7 +323,7 @@ def test_the_killed_step_fails_its_run_and_the_retry_completes(cluster, killed_a
 
 def test_steps_ran_in_both_workers_and_several_processes(cluster, killed_and_retried):
     instance = cluster.instance()
-    run_ids = [killed_and_retried.first["run_id"], killed_and_retried.second["run_id"]]
+    run_ids = killed_and_retried.run_ids
     starts = [record for run_id in run_ids
               for record in instance.all_logs(run_id, of_type=dg.DagsterEventType.STEP_START)]
     worker_processes = {pid for process in cluster.workers.values() for pid in descendants(process.pid)}
@@ -335,7 +346,7 @@ def test_the_llm_pool_held_across_workers(cluster, killed_and_retried):
     instance = cluster.instance()
     llm_ops = llm_pool_ops()
     intervals = []
-    for run_id in (killed_and_retried.first["run_id"], killed_and_retried.second["run_id"]):
+    for run_id in killed_and_retried.run_ids:
         run_end = max(record.timestamp for record in instance.all_logs(run_id))
         llm_steps = {record.step_key for record in instance.all_logs(run_id, of_type=dg.DagsterEventType.STEP_START)
                      if op_of(record.step_key) in llm_ops}
@@ -357,8 +368,22 @@ def test_recover_leaves_celery_runs_alone(cluster, killed_and_retried):
     assert killed_and_retried.recovered_while_running == []
     instance = cluster.instance()
     recover_dead_runs(instance)  # both runs ended: their statuses stand
-    assert instance.get_run_by_id(killed_and_retried.first["run_id"]).status == dg.DagsterRunStatus.FAILURE
-    assert instance.get_run_by_id(killed_and_retried.second["run_id"]).status == dg.DagsterRunStatus.SUCCESS
+    first, second = killed_and_retried.run_ids
+    assert instance.get_run_by_id(first).status == dg.DagsterRunStatus.FAILURE
+    assert instance.get_run_by_id(second).status == dg.DagsterRunStatus.SUCCESS
+
+
+def test_a_real_step_error_is_never_re_executed(cluster, killed_and_retried):
+    """A venue missing from the registry: its first step fails on a worker with its own error (dg.Failure), the
+    worker alive; run_job makes no re-execution of it. After the kill scenario, so as not to be taken for its run."""
+    done, console = outcome(cluster.orchestrate("unregistered"))
+    assert not done["success"] and len(done["run_ids"]) == 1
+    [run_id] = done["run_ids"]
+    instance = cluster.instance()
+    failure = failure_text(instance, run_id)
+    assert "venue 'unregistered' is not in the registry" in failure and "WorkerLostError" not in failure, failure
+    assert [run.run_id for run in instance.get_runs() if run.parent_run_id == run_id] == []
+    assert "re-executing" not in console and "not re-executed" not in console
 
 
 @pytest.fixture(scope="module")
@@ -421,7 +446,12 @@ def test_every_object_of_the_default_build_is_in_the_bucket_with_the_same_bytes(
                if path.is_file()}
     local = {key for key in default if local_only(key)}
     assert CATALOG_FILE in local and not local & set(objects), sorted(local & set(objects))
-    apart = {key for key in set(default) | set(objects) if key.startswith(EMBEDDING_CACHE) or key == FIGURE_PATHS}
+    # The predictions' shard reports hold their steps' seconds: present in both, their bytes differ.
+    timed = {key for key in set(default) | set(objects)
+             if key.startswith(f"{SHARDS_DIR}/predictions.predict_shard.report/")}
+    assert timed and {key for key in timed if key in objects} == {key for key in timed if key in default}
+    apart = timed | {key for key in set(default) | set(objects)
+                     if key.startswith(EMBEDDING_CACHE) or key == FIGURE_PATHS}
     compared = sorted(set(default) - local - apart)
     differing = [key for key in compared if key not in objects
                  or hashlib.sha256(objects[key]).hexdigest() != hashlib.sha256(default[key]).hexdigest()]

@@ -5,20 +5,16 @@ makes them); and a shard whose LLM step fails is the only one a re-execution fro
 
 from __future__ import annotations
 
-import os
 import shutil
-from contextlib import contextmanager
 from pathlib import Path
 
 import dagster as dg
 import pytest
 
-from peerify_dagster.definitions import build_resources, defs
 from peerify_dagster.domain.shards import shard_key, shard_of
 from peerify_dagster.domain.predictions import load_configurations
 from peerify_dagster.paths import REPO_ROOT
 from peerify_dagster.partitions import prediction_key, prediction_partitions, venue_partitions
-from peerify_dagster.resources.dagster_resources import LLMGatewayResource
 from peerify_dagster.resources.lake import Lake
 from peerify_dagster.resources.shard_io import SHARDS_DIR
 from tests import shard_support
@@ -116,45 +112,20 @@ def test_three_shards_give_the_predictions_one_shard_gives(unsharded, tmp_path, 
 
 
 # -- a failed shard re-runs alone ---------------------------------------------------------------------------------
-class FlakyLLMGatewayResource(LLMGatewayResource):
-    """The real gateway, except that a batch of calls asking about the claim in the file named by FAIL_FLAG raises
-    while that file exists: a worker lost in the middle of one shard's calls."""
-
-    @contextmanager
-    def gateway(self, lake, run_id: str):
-        with super().gateway(lake, run_id) as gateway:
-            real_map = gateway.map
-
-            def flaky_map(target, prompt_id, items, *args, **kwargs):
-                flag = Path(os.environ[FAIL_FLAG])
-                if flag.exists() and any(item.get("claim") == flag.read_text() for item in items):
-                    raise RuntimeError(f"worker lost while calling {target} about {flag.read_text()!r}")
-                return real_map(target, prompt_id, items, *args, **kwargs)
-
-            gateway.map = flaky_map
-            yield gateway
-
-
-def flaky_job(name: str, selection: list[str], partitions: dg.DynamicPartitionsDefinition) -> dg.JobDefinition:
-    """`selection` with the flaky gateway; the lake and registry from PEERIFY_LAKE and PEERIFY_VENUES."""
-    job = dg.define_asset_job(name, selection=selection, partitions_def=partitions)
-    return dg.Definitions(assets=list(defs.assets), jobs=[job],
-                          resources=build_resources(llm=FlakyLLMGatewayResource())).resolve_job_def(job.name)
-
-
 def typing_job() -> dg.JobDefinition:
     """claim_types alone (a reconstructable job is rebuilt from this function in the run's process)."""
-    return flaky_job("sharded_typing", ["claim_types"], venue_partitions)
+    return shard_support.flaky_job("sharded_typing", ["claim_types"], venue_partitions, FAIL_FLAG, "claim")
 
 
 def predictions_job() -> dg.JobDefinition:
     """The predictions alone (a reconstructable job is rebuilt from this function in the run's process)."""
-    return flaky_job("sharded_predictions", ["predictions"], prediction_partitions)
+    return shard_support.flaky_job("sharded_predictions", ["predictions"], prediction_partitions, FAIL_FLAG, "claim")
 
 
 def run_with_a_failing_claim(job, key: str, table: str, claim_text: str,  # noqa: ANN001 - a reconstructable job
                              lake_root: Path, registry: Path, tmp_path: Path, monkeypatch,
-                             partitions: dg.DynamicPartitionsDefinition = venue_partitions) -> shard_support.Reexecution:
+                             partitions: dg.DynamicPartitionsDefinition = venue_partitions,
+                             ) -> shard_support.Reexecution:
     """`table`'s partition `key` written again by `job` (reconstructable), which fails while calling about
     `claim_text`, then re-executed from its failure (shard_support.fail_then_reexecute)."""
     Lake(lake_root).table_path(table, key).unlink()  # what the re-execution must write again

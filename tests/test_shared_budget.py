@@ -5,7 +5,6 @@ ledger when the run spent before the counter existed."""
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,9 +16,8 @@ import redis
 from peerify_dagster.resources.llm_gateway import BudgetExceeded, LLMGateway
 from peerify_dagster.resources.llm_gateway.shared_limits import RUN_SPEND_PREFIX
 from peerify_dagster.testing.openai_server import ScriptedOpenAIServer
+from tests.cluster_support import JOIN_TIMEOUT_S, SPAWN, spawned_workers
 
-SPAWN = multiprocessing.get_context("spawn")
-JOIN_TIMEOUT_S = 60
 REDIS_DB = 6  # this module's own database
 MODEL = "scripted"
 MODELS_YAML = f"""
@@ -95,21 +93,9 @@ def _two_workers(env: dict[str, str], lake: Path, models_file: Path, run_id: str
                  max_tokens: int) -> dict[str, tuple[int, str | None]]:
     """Each worker's live calls and refusal (None when it made all of its calls)."""
     opened, first_done, outcomes = SPAWN.Barrier(2), SPAWN.Event(), SPAWN.Queue()
-    workers = [SPAWN.Process(target=_spend_in_one_run,
-                             args=(env, lake, models_file, run_id, max_tokens, name, opened, first_done, outcomes))
-               for name in ("a", "b")]
-    try:
-        for worker in workers:
-            worker.start()
+    with spawned_workers(_spend_in_one_run, [(env, lake, models_file, run_id, max_tokens, name, opened, first_done,
+                                              outcomes) for name in ("a", "b")]) as workers:
         results = [outcomes.get(timeout=JOIN_TIMEOUT_S) for _ in workers]
-        for worker in workers:
-            worker.join(JOIN_TIMEOUT_S)
-            assert worker.exitcode == 0
-    finally:
-        for worker in workers:
-            if worker.is_alive():
-                worker.kill()
-                worker.join(JOIN_TIMEOUT_S)
     return {name: (calls, refusal) for name, calls, refusal in results}
 
 

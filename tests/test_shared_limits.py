@@ -4,7 +4,6 @@ model (models.yaml's VLLM_BASE_URL_<MODEL>, the preflight refusing two models on
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import threading
 import time
@@ -18,9 +17,8 @@ import redis
 from peerify_dagster.resources.llm_gateway import LLMGateway, ModelRegistry, PreflightError
 from peerify_dagster.resources.llm_gateway.shared_limits import KEY_PREFIX, SharedConcurrencyLimit
 from peerify_dagster.testing.openai_server import ScriptedOpenAIServer
+from tests.cluster_support import JOIN_TIMEOUT_S, SPAWN, spawned_workers
 
-SPAWN = multiprocessing.get_context("spawn")
-JOIN_TIMEOUT_S = 60
 REDIS_DB = 5  # this module's own database
 MODELS_YAML = """
 default_profile: test
@@ -92,19 +90,9 @@ def two_workers(redis_url, tmp_path_factory) -> dict[str, list[tuple[float, floa
     with TimedServer(answer_after_s=0.15) as serial, TimedServer(answer_after_s=0.0) as spaced:
         env = {"PEERIFY_REDIS_URL": redis_url, "TEST_SERIAL_URL": serial.base_url, "TEST_SPACED_URL": spaced.base_url}
         barrier = SPAWN.Barrier(2)
-        workers = [SPAWN.Process(target=_call_both_models, args=(env, work / "lake", models_file, name, barrier))
-                   for name in ("a", "b")]
-        try:
-            for worker in workers:
-                worker.start()
-            for worker in workers:
-                worker.join(JOIN_TIMEOUT_S)
-                assert worker.exitcode == 0
-        finally:
-            for worker in workers:
-                if worker.is_alive():
-                    worker.kill()
-                    worker.join(JOIN_TIMEOUT_S)
+        with spawned_workers(_call_both_models, [(env, work / "lake", models_file, name, barrier)
+                                                 for name in ("a", "b")]):
+            pass  # each worker makes its calls and ends
     return {"one-at-a-time": sorted(serial.spans), "spaced": sorted(spaced.spans)}
 
 

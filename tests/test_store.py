@@ -20,6 +20,7 @@ import pytest
 from peerify_dagster.resources.dagster_resources import ParquetLakeIOManager
 from peerify_dagster.resources.lake import Lake, UnreadablePartitionError, WriteStatementError
 from peerify_dagster.resources.store import LakeStore
+from tests.test_llm_ledger import MODELS_YAML, synthetic_row  # noqa: F401 - conftest's `models_file` reads MODELS_YAML
 
 FRAME = pl.DataFrame({"paper_id": ["p1", "p2", "p3"], "title": ["A", "B", "C"], "year": [2024, 2025, 2026]})
 BACKENDS = ["local", "s3"]
@@ -228,32 +229,16 @@ def test_the_io_manager_stores_asset_partitions_in_the_lake(lake_root):
 
 
 # -- what else lives in the lake: the LLM call ledger's segments, the embedding cache ----------------------------------
-MODELS_YAML = """
-default_profile: test
-models:
-  scripted-gpt:
-    backend: openai
-    model: scripted-model
-    base_url_env: TEST_OPENAI_URL
-    api_key_env: TEST_OPENAI_KEY
-profiles:
-  test:
-    fact_tagger: scripted-gpt
-"""
-
-
-def test_the_llm_ledger_records_compacts_and_quarantines_in_the_lake(lake_root, tmp_path):
+def test_the_llm_ledger_records_compacts_and_quarantines_in_the_lake(lake_root, models_file):
     from peerify_dagster.resources.llm_gateway import CallLedger, LLMGateway
     from peerify_dagster.testing.openai_server import ScriptedOpenAIServer
 
-    models = tmp_path / "models.yaml"
-    models.write_text(MODELS_YAML, encoding="utf-8")
     with ScriptedOpenAIServer() as server:
         env = {"TEST_OPENAI_URL": server.base_url, "TEST_OPENAI_KEY": "sk-test"}
         claims = [f"The paper omits baseline {index}." for index in range(3)]
-        with LLMGateway(lake_root, models_file=models, env=env, request_timeout_s=60) as gateway:
+        with LLMGateway(lake_root, models_file=models_file, env=env, request_timeout_s=60) as gateway:
             made = [gateway.call("fact_tagger", "tag_fact", {"claim": claim}) for claim in claims]
-        with LLMGateway(lake_root, models_file=models, env=env, request_timeout_s=60) as gateway:
+        with LLMGateway(lake_root, models_file=models_file, env=env, request_timeout_s=60) as gateway:
             again = [gateway.call("fact_tagger", "tag_fact", {"claim": claim}) for claim in claims]
         assert server.request_count == 3  # the second gateway found every call in the lake's ledger
     assert [result.call_id for result in again] == [result.call_id for result in made]
@@ -264,11 +249,12 @@ def test_the_llm_ledger_records_compacts_and_quarantines_in_the_lake(lake_root, 
     assert stored and all(name.startswith(("call-", "part-")) for name in stored)  # no temporary among them
     ledger = CallLedger(lake_root)
     assert set(ledger.successful_call_ids()) == {result.call_id for result in made}
-    appended = ledger.append(synthetic_row())
+    row = synthetic_row(1)  # a call none of the made ones is
+    appended = ledger.append(row)
     assert appended.name.startswith("call-") and appended.exists()
     written = ledger.compact()
     assert written and not appended.exists()
-    assert set(CallLedger(lake_root).successful_call_ids()) == {"f" * 64, *(result.call_id for result in made)}
+    assert set(CallLedger(lake_root).successful_call_ids()) == {row["call_id"], *(result.call_id for result in made)}
     assert lake.query("select count(distinct call_id) from llm_calls")[1] == [(4,)]
     from peerify_dagster.estimate import _mean_tokens  # what `peerify build --estimate` reads of the ledger
 
@@ -279,18 +265,6 @@ def test_the_llm_ledger_records_compacts_and_quarantines_in_the_lake(lake_root, 
     reader = CallLedger(lake_root)
     assert [record.segment.name for record in reader.quarantined] == [broken.name]
     assert not broken.exists() and (lake.root / "llm_calls" / "quarantine" / broken.name).exists()
-
-
-def synthetic_row() -> dict:
-    from datetime import UTC, datetime
-
-    return {
-        "call_id": "f" * 64, "role": "fact_tagger", "prompt_id": "tag_fact", "prompt_hash": "0" * 64,
-        "backend": "openai", "model": "scripted-gpt", "model_id": "scripted-model", "request": "{}",
-        "raw_response": "{}", "parsed": "{}", "parse_ok": True, "label": None, "tokens_in": 1, "tokens_out": 1,
-        "latency_s": 0.1, "cost_usd": 0.0, "error": None, "attempts": 1, "created_at": datetime.now(UTC),
-        "run_id": "test",
-    }
 
 
 class LengthEmbedder:

@@ -16,6 +16,7 @@ import pyarrow.parquet as pq
 from peerify_dagster import paths
 from peerify_dagster.cli import report
 from peerify_dagster.cli.build_session import BudgetSpent, BuildInterrupted, BuildSession, StopSignals
+from peerify_dagster.cli.cluster import check_cluster_services
 from peerify_dagster.cli.common import ConfigError, format_table, one_line, refuse_upload, registered_venues, say
 from peerify_dagster.cli.home import check_dagster_home, open_home
 from peerify_dagster.domain.citations.options import CitationOptions
@@ -211,6 +212,7 @@ def cmd_build(args: argparse.Namespace) -> int:
     if args.estimate:
         return print_build_estimate(args.venue, configurations)
     venue = check_build_config(args.venue, configurations)
+    check_cluster_services("`peerify build`", workers=True)
     lake = Lake(paths.lake_root())
     if args.configuration and not lake.table_path("retrieval_runs", venue.key).exists():
         raise ConfigError(f"--configuration needs a built venue: build {venue.key} first (`peerify build {venue.key}`)")

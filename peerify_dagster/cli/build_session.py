@@ -80,7 +80,8 @@ class BuildSession:
 
     @property
     def run_ids(self) -> list[str]:
-        return [result.run_id for result in self.results]
+        # A cluster run re-executed after a lost worker is several runs (home.CeleryRun.run_ids), each with spend.
+        return [run_id for result in self.results for run_id in getattr(result, "run_ids", [result.run_id])]
 
     def run(self, job_name: str, partition_key, run_config: dict | None = None, asset_selection: list | None = None):
         """One run of the build. Raises BuildInterrupted when a stop signal came during it, BudgetSpent when the

@@ -1,5 +1,6 @@
-"""`peerify cluster init HOME` (a Dagster home for the cluster profile) and `peerify worker` (a Celery worker that runs
-the code location's steps): README "Running on a cluster"."""
+"""`peerify cluster init HOME` (a Dagster home for the cluster profile), `peerify worker` (a Celery worker that runs
+the code location's steps), and the cluster's preflight before a build or a worker starts (`check_cluster_services`):
+README "Running on a cluster"."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import argparse
 import os
 import shutil
 import socket
+import urllib.parse
 import uuid
 from pathlib import Path
 
@@ -21,6 +23,9 @@ CLUSTER_VARIABLES = {
     "PEERIFY_EXECUTOR": "`celery`, so that `peerify build` sends its steps to the workers",
     "PEERIFY_LAKE": "a lake every machine reaches: s3://bucket/prefix (or one shared folder)",
 }
+
+CONNECT_TIMEOUT_S = 2  # a server on the cluster's network answers well within it; a closed port at once
+WORKER_PING_TIMEOUT_S = 2.0
 
 
 def missing_variables() -> list[str]:
@@ -61,6 +66,62 @@ def cmd_cluster_init(args: argparse.Namespace) -> int:
     return 0
 
 
+def without_password(url: str) -> str:
+    """`url` with its password (if any) shown as ***, fit to print."""
+    parts = urllib.parse.urlsplit(url)
+    userinfo, at, host = parts.netloc.rpartition("@")
+    if not at or ":" not in userinfo:
+        return url
+    return parts._replace(netloc=f"{userinfo.split(':', 1)[0]}:***@{host}").geturl()
+
+
+def check_cluster_services(command: str, *, workers: bool) -> None:
+    """Before `command` starts: the cluster variables are valid, Redis (PEERIFY_REDIS_URL) and Postgres
+    (PEERIFY_POSTGRES_URL) answer where set, and with PEERIFY_EXECUTOR=celery and `workers`, at least one Celery
+    worker answers a ping. ConfigError in one line naming the variable and its URL (password hidden) otherwise: a
+    build would otherwise wait on a broker or storage that is not there, or submit steps no worker takes."""
+    try:
+        executor = deployment.executor()
+        deployment.lost_worker_retries()
+    except ValueError as exc:
+        raise ConfigError(f"{command}: {exc}") from None
+    redis_url = deployment.redis_url()
+    if executor == "celery" and redis_url is None:
+        raise ConfigError(f"{command}: PEERIFY_EXECUTOR=celery needs PEERIFY_REDIS_URL (the Celery broker, e.g. "
+                          "redis://host:6379/0)")
+    if redis_url is not None:
+        import redis
+
+        try:
+            redis.Redis.from_url(redis_url, socket_connect_timeout=CONNECT_TIMEOUT_S,
+                                 socket_timeout=CONNECT_TIMEOUT_S).ping()
+        except (redis.RedisError, ValueError) as exc:
+            raise ConfigError(f"{command}: PEERIFY_REDIS_URL={without_password(redis_url)}: Redis does not answer: "
+                              f"{one_line(exc)}") from None
+    if (postgres_url := deployment.postgres_url()) is not None:
+        import psycopg2
+
+        from peerify_dagster.resources.locks import psycopg2_dsn
+
+        try:
+            psycopg2.connect(psycopg2_dsn(postgres_url), connect_timeout=CONNECT_TIMEOUT_S).close()
+        except psycopg2.Error as exc:
+            raise ConfigError(f"{command}: PEERIFY_POSTGRES_URL={without_password(postgres_url)}: Postgres does not "
+                              f"answer: {one_line(exc)}") from None
+    if workers and executor == "celery":
+        from celery import Celery
+
+        app = Celery("peerify-preflight", broker=redis_url)
+        try:
+            answered = app.control.inspect(timeout=WORKER_PING_TIMEOUT_S, limit=1).ping()
+        finally:
+            app.close()
+        if not answered:
+            raise ConfigError(f"{command}: PEERIFY_EXECUTOR=celery, but no Celery worker answered on "
+                              f"PEERIFY_REDIS_URL={without_password(redis_url)} within {WORKER_PING_TIMEOUT_S:g} s: "
+                              "start one with `peerify worker`")
+
+
 def parse_queues(text: str) -> list[str]:
     queues = [name.strip() for name in text.split(",") if name.strip()]
     if unknown := [name for name in queues if name not in QUEUES]:
@@ -75,6 +136,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     queues = parse_queues(args.queues)
     if args.concurrency < 1:
         raise ConfigError(f"--concurrency {args.concurrency}: a worker runs at least one step at a time")
+    check_cluster_services("`peerify worker`", workers=False)
     from peerify_dagster import cluster
 
     try:
@@ -89,7 +151,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
     name = args.name or f"peerify-{uuid.uuid4().hex[:6]}"
     say(f"worker {name}@{socket.gethostname()}: queues {', '.join(queues)}, {args.concurrency} process(es), "
-        f"broker {deployment.redis_url().split('@')[-1]}")
+        f"broker {without_password(deployment.redis_url())}")
     app.worker_main(["worker", "--queues", ",".join(queues), "--concurrency", str(args.concurrency),
                      "--hostname", f"{name}@%h", "--loglevel", args.loglevel, "--without-gossip", "--without-mingle"])
     return 0

@@ -95,21 +95,78 @@ def run_job(instance: dg.DagsterInstance, job_name: str, partition_key, run_conf
 LAUNCH_TAG = "peerify/launch"  # finds the run `dg.execute_job` creates, whose id is not known before
 
 
+class CeleryRun:
+    """A run on the Celery workers and its re-executions from failure (`run_on_celery`), read as one run of the
+    build: the last attempt's id and outcome, the events and checks of every attempt (what the first one built
+    stays built)."""
+
+    def __init__(self, attempts: list):
+        self.attempts = attempts
+
+    @property
+    def run_id(self) -> str:
+        return self.attempts[-1].run_id
+
+    @property
+    def run_ids(self) -> list[str]:
+        return [attempt.run_id for attempt in self.attempts]
+
+    @property
+    def success(self) -> bool:
+        return self.attempts[-1].success
+
+    @property
+    def all_events(self) -> list:
+        return [event for attempt in self.attempts for event in attempt.all_events]
+
+    def get_asset_check_evaluations(self) -> list:
+        return [check for attempt in self.attempts for check in attempt.get_asset_check_evaluations()]
+
+
+def counting_spend_of(run_config: dict, run_ids: list[str]) -> dict:
+    """The run config of a re-execution: a build's LLM budget (BuildSession) counts the failed attempts' spend too."""
+    llm = run_config.get("resources", {}).get("llm", {}).get("config")
+    if llm is None:
+        return run_config
+    spent = {**llm, "build_run_ids": [*(llm.get("build_run_ids") or []), *run_ids]}
+    return {**run_config, "resources": {**run_config["resources"], "llm": {"config": spent}}}
+
+
 def run_on_celery(instance: dg.DagsterInstance, job_name: str, partition_key, run_config: dict,
-                  asset_selection: list | None, tags: dict):
+                  asset_selection: list | None, tags: dict) -> CeleryRun:
     """A run whose steps go to the Celery workers (`peerify worker`): execute_in_process would ignore the executor.
     This process orchestrates the run (it submits the steps and records their events), so the process tags still
-    name what keeps the run alive and `peerify recover` judges it as before."""
+    name what keeps the run alive and `peerify recover` judges it as before. A run whose failed steps all lost their
+    worker process is re-executed from its failure, at most PEERIFY_LOST_WORKER_RETRIES times; a step's own error
+    never is."""
     import dagster as dg
 
+    from peerify_dagster import deployment
+    from peerify_dagster.celery_steps import lost_worker_steps
     from peerify_dagster.cluster import reconstructable_job
     from peerify_dagster.definitions import defs
     from peerify_dagster.resources import runs
 
-    launch = str(uuid.uuid4())
     job = defs.resolve_job_def(job_name)
     if partition_key is not None:
         tags = {**tags, **job.get_tags_for_partition_key(partition_key, asset_selection)}
-    with runs.PoolWaitReporter(instance, None, say, launch_tag=(LAUNCH_TAG, launch)):
-        return dg.execute_job(reconstructable_job(job_name), instance, run_config=run_config,
-                              tags={**tags, LAUNCH_TAG: launch}, asset_selection=asset_selection)
+    retries = deployment.lost_worker_retries()
+
+    def attempt(reexecution: dg.ReexecutionOptions | None = None, config: dict = run_config):
+        launch = str(uuid.uuid4())
+        with runs.PoolWaitReporter(instance, None, say, launch_tag=(LAUNCH_TAG, launch)):
+            return dg.execute_job(reconstructable_job(job_name), instance, run_config=config,
+                                  tags={**tags, LAUNCH_TAG: launch}, reexecution_options=reexecution,
+                                  asset_selection=None if reexecution else asset_selection)
+
+    run = CeleryRun([attempt()])
+    while not run.success and (lost := lost_worker_steps(instance, run.run_id)):
+        what = f"run {run.run_id} ({job_name} {partition_key}): the worker process of {', '.join(lost)} died"
+        if len(run.attempts) > retries:
+            say(f"{what}; not re-executed: {deployment.LOST_WORKER_RETRIES}={retries}, {retries} made")
+            break
+        say(f"{what}; re-executing the run from its failure ({len(run.attempts)} of {retries}, "
+            f"{deployment.LOST_WORKER_RETRIES})")
+        run.attempts.append(attempt(dg.ReexecutionOptions.from_failure(run.run_id, instance),
+                                    counting_spend_of(run_config, run.run_ids)))
+    return run

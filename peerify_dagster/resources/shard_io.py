@@ -16,7 +16,7 @@ import dagster as dg
 import polars as pl
 
 from peerify_dagster import paths
-from peerify_dagster.domain.shards import shard_key, shard_rows
+from peerify_dagster.domain.shards import shard_count, shard_key, shard_rows
 from peerify_dagster.resources.lake import Lake, UnreadablePartitionError, partition_slug
 
 SHARDS_DIR = "_shards"
@@ -35,6 +35,17 @@ def split_into_shards(frame: pl.DataFrame, paper_ids: list[str], shards: int) ->
     for shard, positions in shard_rows(paper_ids, shards).items():
         rows = indexed[positions].with_columns(pl.lit(shard, dtype=pl.Int64).alias(SHARD))
         yield dg.DynamicOutput(rows, mapping_key=shard_key(shard))
+
+
+def split_by_paper(frame: pl.DataFrame, configured_shards: int | None, log, what: str = "rows",  # noqa: ANN001
+                   ) -> Iterator[dg.DynamicOutput]:
+    """A split op's DynamicOutputs: `frame`'s rows in shards of their papers (its `paper_id` column; a paper's rows in
+    the shard of its forum id, the shard every stage gives it), as many as the venue's `shards:` (`configured_shards`)
+    or automatic (domain/shards.py); `log` (the op's context.log) says how many."""
+    papers = frame["paper_id"].n_unique()
+    shards = shard_count(papers, configured_shards)
+    log.info(f"{frame.height} {what} of {papers} papers in {shards} shard(s)")
+    yield from split_into_shards(frame, frame["paper_id"].to_list(), shards)
 
 
 def assemble_shards(frames: list[pl.DataFrame]) -> tuple[pl.DataFrame, dict]:
