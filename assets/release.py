@@ -19,8 +19,8 @@ from peerify_dagster.domain import label_release as rel
 from peerify_dagster.domain.labelling import SOURCE_THREAD
 from peerify_dagster.domain.prompts import available_prompts, template_hash
 from peerify_dagster.domain.slices import HUMAN_VERIFIED, SLICES
-from peerify_dagster.resources import audit_sample
 from peerify_dagster.freshness import SLICES_KEY, latest_materialisation, release_problems, shipped_slices
+from peerify_dagster.resources import audit_sample
 from peerify_dagster.resources.dagster_resources import (
     UNPARTITIONED,
     LakeResource,
@@ -132,7 +132,7 @@ def label_release(context: dg.AssetExecutionContext, config: ReleaseConfig, lake
     decision ids behind it), calls.parquet (those calls' ledger rows), decisions.jsonl (those decisions),
     manifest.json (every file's sha256, size and rows; venues, seeds, the Dagster data and code versions of every
     upstream asset partition, models, prompt hashes, arbitration statistics; the hash of its own body) and
-    DATASHEET.md. Refused, before any work, for a version that exists (a release is never overwritten) and for a
+    DATASHEET.md, README.md (the Hugging Face dataset card) and croissant.json (Croissant metadata). Refused, before any work, for a version that exists (a release is never overwritten) and for a
     venue whose blocking slice gates failed or were not evaluated, whose slice file is not the one they judged, or
     whose decisions or labels are newer than its slices (`release_problems`); written to a temporary folder renamed
     into place."""
@@ -186,7 +186,7 @@ def label_release(context: dg.AssetExecutionContext, config: ReleaseConfig, lake
         "dagster_run_id": context.run_id,
         "venues": [{"venue": v.key, "openreview_id": v.openreview_id, "source": v.source, "seed": v.seed,
                     "sample_size": v.sample_size, "sampling": v.sampling, "labelling": v.labelling,
-                    "slices": v.slices,
+                    "slices": v.slices, **v.terms,
                     "rows": {name: rows.filter((pl.col("venue") == v.key) & (pl.col("slice") == name)).height
                              for name in SLICES}} for v in registered.values()],
         "seeds": {v.key: v.seed for v in registered.values()},
@@ -195,15 +195,15 @@ def label_release(context: dg.AssetExecutionContext, config: ReleaseConfig, lake
         "schema": {name: str(dtype) for name, dtype in rows.schema.items()},
         "upstream": upstream_versions(context, release_lineage, venues),
         "models": _models(calls), "prompts": _prompts(calls),
-        "arbitration": arbitration, "left_out": left_out, "licence": rel.LICENCE,
+        "arbitration": arbitration, "left_out": left_out,
+        "licence": {v.key: v.terms["licence"] for v in registered.values()},
         # the benchmark_slices file of each venue, as its blocking gates judged it
         "slices_sha256": {venue: rel.sha256_hex(data) for venue, data in shipped.items()},
     }
-    files[rel.DATASHEET], counts[rel.DATASHEET] = rel.datasheet(manifest).encode("utf-8"), None
-    manifest["files"] = {name: rel.file_entry(files[name], counts[name]) for name in rel.data_files()}
-    sealed = rel.seal_manifest(manifest)
+    files = rel.release_files(manifest, files, counts)  # + datasheet, dataset card, Croissant and the sealed manifest
+    sealed = files[rel.MANIFEST]
     try:
-        lake.lake().store.create_folder(target, {**files, rel.MANIFEST: sealed})  # the manifest last
+        lake.lake().store.create_folder(target, files)  # the manifest last
     except FileExistsError as exc:
         raise dg.Failure(f"release {version}: {exc}", allow_retries=False) from None
     context.log.info(f"release {version} written to {target} (manifest sha256 {rel.sha256_hex(sealed)})")

@@ -30,7 +30,7 @@ from tests.support import ALL_ASSETS, SAMPLE_DIR, sample_registry
 
 VERSION = "1.0.0"
 EXPECTED_FILES = sorted([name for s in SLICES for name in rel.slice_files(s)]
-                        + [rel.CALLS, rel.DECISIONS, rel.DATASHEET, rel.MANIFEST])
+                        + [rel.CALLS, rel.DECISIONS, rel.DATASHEET, rel.CARD, rel.CROISSANT, rel.MANIFEST])
 
 
 # A note as pasted from a review: line and paragraph separators, which str.splitlines() would break a line at.
@@ -127,11 +127,17 @@ def reseal(folder: Path, edit_rows=None, edit_calls=None) -> None:
             (folder / jsonl_name).write_bytes(rel.slice_jsonl(frame))
     if edit_calls is not None:
         (folder / rel.CALLS).write_bytes(rel.parquet_bytes(edit_calls(pq.read_table(folder / rel.CALLS))))
-    for name, entry in manifest["files"].items():
-        data = (folder / name).read_bytes()
+    for name in rel.data_files():
+        data, entry = (folder / name).read_bytes(), manifest["files"][name]
         rows = pq.read_metadata(folder / name).num_rows if name.endswith(".parquet") else \
             len(data.splitlines()) if name.endswith(".jsonl") else None
         entry.update(sha256=rel.sha256_hex(data), bytes=len(data), rows=rows)
+    # the metadata files too, made as the writer makes them (the Croissant distribution hashes the edited files)
+    body = {k: v for k, v in manifest.items() if k not in ("files", rel.SELF_HASH)}
+    entries = {name: manifest["files"][name] for name in rel.data_files() if name not in rel.METADATA_FILES}
+    for name, data in rel.metadata_files(body, entries).items():
+        (folder / name).write_bytes(data)
+        manifest["files"][name].update(sha256=rel.sha256_hex(data), bytes=len(data))
     manifest.pop(rel.SELF_HASH)
     (folder / rel.MANIFEST).write_bytes(rel.seal_manifest(manifest))
 
@@ -188,7 +194,8 @@ def test_release_folder_manifest_and_provenance(released):
     assert upstream[("benchmark_slices", "sample")]["code_version"] == "benchmark-slices-v1"
     assert "label_rebuttal" in manifest["prompts"] and manifest["models"]
     sheet = (folder / rel.DATASHEET).read_text()
-    assert "CC BY 4.0" in sheet and "| HumanVerified | 4 |" in sheet and "## Known limits" in sheet
+    assert "Apache-2.0" in sheet and "CC BY" not in sheet  # the sample's terms, from its registry entry
+    assert "| HumanVerified | 4 |" in sheet and "## Known limits" in sheet
     assert rel.sha256_hex((folder / rel.MANIFEST).read_bytes()) in released["stdout"]
     # the slice file its gates judged, which is the file released
     shipped = released["lake"] / "benchmark_slices" / "sample.parquet"

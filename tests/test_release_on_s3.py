@@ -25,7 +25,7 @@ from tests.test_release_import import write_release
 BUCKET = "releases-on-s3"
 VERSION = "1.0.0"
 RELEASE_FILES = sorted([name for s in SLICES for name in rel.slice_files(s)]
-                       + [rel.CALLS, rel.DECISIONS, rel.DATASHEET, rel.MANIFEST])
+                       + [rel.CALLS, rel.DECISIONS, rel.DATASHEET, rel.CARD, rel.CROISSANT, rel.MANIFEST])
 
 
 def object_keys(fs, location: str) -> list[str]:

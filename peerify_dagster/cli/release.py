@@ -14,8 +14,12 @@
   (no API key, no GPU, no model), its answer read as the labels stage reads it, and the canonical-label rule applied
   with the released decisions; the rebuilt slice files are compared with the released ones byte for byte. Exit 0
   only when every row reproduces.
+- `peerify release diff OLD NEW [--format markdown|html] [--out FILE]`: what changed between two releases, per slice
+  (claims added, removed, gold labels changed with the decisions and calls behind the change; domain/release_diff.py),
+  each release read and checked as `release verify` reads it. Exit 0 the report is written, 1 a release that does not
+  verify, 2 usage error or no release.
 
-RELEASE is a release folder, its `s3://` location, or a version X.Y.Z of this lake's releases (`<lake>/releases/X.Y.Z`,
+RELEASE (OLD, NEW) is a release folder, its `s3://` location, or a version X.Y.Z of this lake's releases (`<lake>/releases/X.Y.Z`,
 a folder or an S3 prefix) when no local folder of that name exists. A release in S3 is copied down to a temporary
 folder through the store, every object of it, and checked there as a local one (the same exit codes and messages,
 naming the S3 location).
@@ -34,6 +38,7 @@ from peerify_dagster import deployment, paths
 from peerify_dagster.cli.home import open_home, run_job
 from peerify_dagster.cli.common import EXIT_USAGE, ConfigError, guarded, refuse_upload, registered_venues, say
 from peerify_dagster.domain import label_release as rel
+from peerify_dagster.domain.release_diff import REPORTS, release_diff
 from peerify_dagster.domain.slices import SLICES, SliceConfig, label_distribution
 from peerify_dagster.domain.venues import RegistryError
 from peerify_dagster.resources.lake import RELEASES_DIR, Lake
@@ -72,6 +77,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="the sha256 of manifest.json as published beside the release (catches a manifest "
                              "rewritten with fresh hashes)")
     verify.set_defaults(func=cmd_verify)
+    register_diff(actions)
 
     rebuild = subparsers.add_parser(
         "rebuild-from-release", help="reproduce every label of a release from its calls and decisions (replay-only)",
@@ -323,3 +329,45 @@ def rebuild_release(folder: Path, release: Location, out: Path | None) -> int:
           f"calls (replay-only) and {len(contents.decisions)} decisions into {out}; "
           f"{2 * len(SLICES) - len(differing)} of {2 * len(SLICES)} slice files byte-identical to the release")
     return EXIT_OK if not rebuilt.unreproduced and not differing else EXIT_MISMATCH
+
+
+# -- diff ------------------------------------------------------------------------------------------------------------
+def register_diff(actions: argparse._SubParsersAction) -> None:
+    """`diff` under `peerify release` (`actions`: the release command's subparsers)."""
+    diff = actions.add_parser(
+        "diff", help="what changed between two releases, per slice (Markdown or HTML)",
+        description="Exit codes: 0 the report is written; 1 a release does not verify (named); 2 usage error or a "
+                    "folder that is no release (no manifest.json).")
+    diff.add_argument("old", metavar="OLD", help="the earlier release (a folder, s3:// location or version X.Y.Z)")
+    diff.add_argument("new", metavar="NEW", help="the later release (the same forms)")
+    diff.add_argument("--format", choices=sorted(REPORTS), default="markdown", help="report format (markdown)")
+    diff.add_argument("--out", type=Path, help="write the report to this file (default: standard output)")
+    diff.set_defaults(func=cmd_diff)
+
+
+def cmd_diff(args: argparse.Namespace) -> int:
+    from peerify_dagster.resources.llm_gateway import LEDGER_SCHEMA
+
+    releases = [resolve_release(given) for given in (args.old, args.new)]
+    refusals = [refusal for release in releases if (refusal := not_a_release(release))]
+    if refusals:
+        for refusal in refusals:
+            say(refusal)
+        return EXIT_USAGE
+    read = []
+    for release in releases:
+        with local_folder(release) as folder:
+            contents, problems = rel.read_release(folder, LEDGER_SCHEMA)
+        if problems:
+            say(f"cannot diff: release {release} does not verify: {problems[0]}")
+            return EXIT_MISMATCH
+        read.append(contents)
+    old, new = read
+    report = REPORTS[args.format](release_diff(old.manifest["version"], old.slices, new.manifest["version"],
+                                               new.slices))
+    if args.out is None:
+        print(report, end="")
+    else:
+        args.out.write_text(report, encoding="utf-8")
+        say(f"release diff written to {args.out}")
+    return EXIT_OK

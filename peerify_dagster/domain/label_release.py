@@ -4,7 +4,9 @@ assets/release.py, the commands peerify_dagster/cli_release.py).
 
 A release folder `<version>/` holds, per slice, `<Slice>.parquet` and `<Slice>.jsonl` (the same rows: every venue's
 rows of that slice in SLICE_SCHEMA, sorted by venue and claim id), `calls.parquet` (the LLM ledger rows behind the
-labels), `decisions.jsonl` (the human decisions behind them), `DATASHEET.md` and `manifest.json`. Every file is
+labels), `decisions.jsonl` (the human decisions behind them), `DATASHEET.md`, `README.md` (the Hugging Face dataset
+card: front matter with one config per slice over the datasheet, domain/dataset_card.py), `croissant.json` (Croissant
+metadata, domain/croissant.py) and `manifest.json`. Every file is
 written deterministically (same rows, same bytes), which is what lets a rebuild be compared byte for byte.
 
 The manifest names every other file with its sha256, size and row count, and carries the sha256 of its own body
@@ -30,6 +32,8 @@ import pyarrow.parquet as pq
 
 from peerify_dagster.domain import arbitration as arb
 from peerify_dagster.domain import audit
+from peerify_dagster.domain.croissant import croissant
+from peerify_dagster.domain.dataset_card import dataset_card
 from peerify_dagster.domain.labelling import (
     LABELLER_ROLES,
     MANUSCRIPT_PROMPT,
@@ -46,9 +50,8 @@ from peerify_dagster.domain.slices import SLICE_COLUMNS, SLICE_SCHEMA, SLICES
 
 FORMAT = "peerify-label-release/1"
 MANIFEST, DATASHEET, CALLS, DECISIONS = "manifest.json", "DATASHEET.md", "calls.parquet", "decisions.jsonl"
+CARD, CROISSANT = "README.md", "croissant.json"
 SELF_HASH = "manifest_sha256"
-LICENCE = ("Review, response and manuscript text come from OpenReview and are licensed CC BY 4.0 "
-           "(https://creativecommons.org/licenses/by/4.0/) by their authors; cite the venue and OpenReview.")
 _VERSION = re.compile(r"(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)")
 _ROW_ORDER = ("venue", "claim_id")
 # gold_source values of benchmark_slices and what rebuilds them
@@ -76,7 +79,11 @@ def slice_files(name: str) -> tuple[str, str]:
 
 def data_files() -> list[str]:
     """Every file a release holds besides its manifest, in manifest order."""
-    return [name for slice_name in SLICES for name in slice_files(slice_name)] + [CALLS, DECISIONS, DATASHEET]
+    return [name for slice_name in SLICES for name in slice_files(slice_name)] + [CALLS, DECISIONS, *METADATA_FILES]
+
+
+# Written from the manifest and the files before them, in this order (the Croissant distribution hashes the others).
+METADATA_FILES = (DATASHEET, CARD, CROISSANT)
 
 
 # -- deterministic files ----------------------------------------------------------------------------------------------
@@ -137,6 +144,38 @@ def label_counts(frame: pl.DataFrame) -> dict[str, dict[str, int]]:
                    for label in LABELS} for name in SLICES}
 
 
+def slice_parquet_files() -> dict[str, str]:
+    """slice -> its Parquet file (what the card's configs and the Croissant record sets read)."""
+    return {name: slice_files(name)[0] for name in SLICES}
+
+
+def metadata_files(manifest: Mapping[str, Any], entries: Mapping[str, Mapping[str, Any]]) -> dict[str, bytes]:
+    """DATASHEET.md, README.md and croissant.json from the manifest (without its `files`) and the manifest entries
+    (sha256, bytes, rows) of the slice, calls and decisions files."""
+    sheet = datasheet(manifest)
+    written = {DATASHEET: sheet.encode("utf-8"), CARD: dataset_card(manifest, slice_parquet_files(), sheet)}
+    distribution = {**entries, **{name: file_entry(data, None) for name, data in written.items()}}
+    written[CROISSANT] = croissant(manifest, distribution, slice_parquet_files(), SLICE_SCHEMA, MANIFEST)
+    return written
+
+
+def release_files(manifest: Mapping[str, Any], files: Mapping[str, bytes],
+                  counts: Mapping[str, int]) -> dict[str, bytes]:
+    """Every file of a release, the manifest last: `files` (the slice, calls and decisions files, with their row
+    `counts`), the metadata files made from them and the manifest, and the sealed manifest listing them all."""
+    entries = {name: file_entry(data, counts[name]) for name, data in files.items()}
+    every = {**files, **metadata_files(manifest, entries)}
+    listed = {**manifest, "files": {name: entries.get(name) or file_entry(every[name], None) for name in data_files()}}
+    return {**every, MANIFEST: seal_manifest(listed)}
+
+
+def venue_terms_lines(venues: Sequence[Mapping[str, Any]]) -> str:
+    """One Markdown line per venue: its source, licence and citation as the registry gives them."""
+    return "\n".join(f"- `{v['venue']}`: {v['source_description']} Licence: {v['licence']}"
+                     + (f" ({v['licence_url']})" if v.get("licence_url") else "") + "."
+                     + (f" Cite: {v['citation']}" if v.get("citation") else "") for v in venues)
+
+
 def datasheet(manifest: Mapping[str, Any]) -> str:
     """The release's datasheet (Markdown), from what the manifest records."""
     venues = manifest["venues"]
@@ -146,9 +185,9 @@ def datasheet(manifest: Mapping[str, Any]) -> str:
         composition.append(f"| {name} | {manifest['slices'][name]['rows']} | "
                            + " | ".join(str(counts[label]) for label in LABELS) + " |")
     per_venue = "\n".join(
-        f"- `{v['venue']}` (OpenReview `{v['openreview_id']}`, source `{v['source']}`, seed {v['seed']}, sample size "
+        f"- `{v['venue']}` (id `{v['openreview_id']}`, read from `{v['source']}`, seed {v['seed']}, sample size "
         f"{v['sample_size'] if v['sample_size'] is not None else 'all submissions'}): "
-        + ", ".join(f"{name} {n}" for name, n in v["rows"].items()) for v in venues)
+        + ", ".join(f"{name} {v['rows'][name]}" for name in SLICES) for v in venues)  # JSON sorts the keys
     models = "\n".join(f"- `{name}` ({m['backend']} `{m['model_id']}`), roles {', '.join(m['roles'])}: {m['calls']} "
                        "calls" for name, m in manifest["models"].items()) or "- (no model call behind these labels)"
     prompts = "\n".join(f"- `{prompt_id}`: sha256 {', '.join(h[:16] for h in p['hashes'])}"
@@ -178,8 +217,8 @@ Columns (every slice): {', '.join(f'`{c}`' for c in SLICE_COLUMNS)}. `gold_call_
 (rows of `calls.parquet`), `gold_decision_ids` the human decisions (lines of `decisions.jsonl`).
 
 ## Collection process
-Venues were read from OpenReview (the API, or a snapshot of it) by the Peerify DAG; papers were drawn with the seeds
-above. Review claims were extracted from official reviews and reviewer follow-ups by an LLM; PaperSourced claims were
+Each venue was read by the Peerify DAG from its source (the OpenReview API, or a snapshot folder), whose text comes
+from where its registry entry says (under Licence below); papers were drawn with the seeds above. Review claims were extracted from official reviews and reviewer follow-ups by an LLM; PaperSourced claims were
 written from seeded manuscript paragraphs. The Dagster data and code versions of every upstream table are in
 `manifest.json` (`upstream`).
 
@@ -213,7 +252,11 @@ Left out of the slices:
 - Claim extraction and the factual/subjective tag are LLM outputs and are not audited here.
 
 ## Licence
-{LICENCE} The labels and this datasheet are released under the same licence.
+Each venue's text, as its registry entry states its source and licence:
+
+{venue_terms_lines(venues)}
+
+The labels and this datasheet of a venue's rows are released under that venue's licence.
 
 ## Verify and rebuild
 `peerify release verify DIR` re-hashes every file and re-checks the rows; `peerify rebuild-from-release DIR`
@@ -238,6 +281,52 @@ def _file_problems(folder: Path, manifest: Mapping[str, Any]) -> list[str]:
         if (sha256_hex(data), len(data)) != (entry.get("sha256"), entry.get("bytes")):
             problems.append(f"{name}: content changed (sha256 {sha256_hex(data)}, {len(data)} bytes; the manifest "
                             f"says {entry.get('sha256')}, {entry.get('bytes')} bytes)")
+    return problems
+
+
+def _first_difference(found: Any, expected: Any, at: str = "") -> str:
+    """Where two JSON values first differ, as a path (`recordSet[2].field[0].description`)."""
+    if isinstance(found, dict) and isinstance(expected, dict):
+        for key in sorted(set(found) | set(expected)):
+            if found.get(key) != expected.get(key):
+                return _first_difference(found.get(key), expected.get(key), f"{at}.{key}" if at else key)
+    if isinstance(found, list) and isinstance(expected, list) and len(found) == len(expected):
+        for index, (a, b) in enumerate(zip(found, expected)):
+            if a != b:
+                return _first_difference(a, b, f"{at}[{index}]")
+    return at or "(the whole file)"
+
+
+def metadata_problems(folder: Path, manifest: Mapping[str, Any]) -> list[str]:
+    """The datasheet, dataset card and Croissant metadata on disk that are not what the manifest and the files it
+    lists give (an edit resealed into the manifest, or a file that does not read), named with where they differ."""
+    listed = manifest.get("files") if isinstance(manifest.get("files"), Mapping) else {}
+    entries = {name: listed[name] for name in data_files() if name not in METADATA_FILES and name in listed}
+    if len(entries) + len(METADATA_FILES) < len(data_files()):
+        return []  # a file the manifest does not list: reported already, nothing to rebuild the metadata from
+    body = {k: v for k, v in manifest.items() if k not in ("files", SELF_HASH)}
+    try:
+        expected = metadata_files(body, entries)
+    except (KeyError, TypeError) as exc:
+        return [f"{MANIFEST}: cannot make the release metadata from it ({exc!r} missing or malformed)"]
+    problems = []
+    for name, wanted in expected.items():
+        path = folder / name
+        if not path.is_file() or (found := path.read_bytes()) == wanted:
+            continue
+        if name == CROISSANT:
+            try:
+                found_json = json.loads(found)
+            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+                problems.append(f"{name}: not JSON ({exc})")
+                continue
+            where = _first_difference(found_json, json.loads(wanted))
+        else:
+            lines = found.decode("utf-8", errors="replace").splitlines()
+            wanted_lines = wanted.decode("utf-8").splitlines()
+            where = "line " + str(next((i for i, (a, b) in enumerate(zip(lines, wanted_lines), start=1) if a != b),
+                                       min(len(lines), len(wanted_lines)) + 1))
+        problems.append(f"{name}: not what the manifest and the release files give (first difference at {where})")
     return problems
 
 
@@ -322,6 +411,7 @@ def read_release(folder: Path, ledger_schema: pa.Schema) -> tuple[ReleaseContent
     if manifest is None:
         return None, problems
     problems += _file_problems(folder, manifest)
+    problems += metadata_problems(folder, manifest)
     contents = ReleaseContents(folder, manifest)
     for name in SLICES:
         parquet_name, jsonl_name = slice_files(name)

@@ -31,6 +31,10 @@ SOURCE_UPLOAD = "upload"
 # needs only the key (the configurations an upload venue builds by default) tells an upload venue by it.
 UPLOAD_KEY_PREFIX = "upload-"
 DEFAULT_API_URL = "https://api2.openreview.net"
+# What a venue's text is licensed under when its entry says nothing: OpenReview's licence for the notes it serves.
+OPENREVIEW_LICENCE, OPENREVIEW_LICENCE_URL = "CC-BY-4.0", "https://creativecommons.org/licenses/by/4.0/"
+_TEXT_FIELDS = ("openreview_id", "api_url", "snapshot", "gold_claims", "gold_citations", "llm_recording", "release",
+                "licence", "licence_url", "source_description", "citation")
 
 
 class RegistryError(ValueError):
@@ -57,6 +61,21 @@ class Venue:
     release: str | None = None  # for source=release: the release folder it was imported from, relative to the registry
     citations: dict | None = None  # citation-half options (domain.citations.options.CitationOptions); None = defaults
     shards: int | None = None  # shards of the papers for the heavy steps (domain.shards); None = automatic
+    licence: str | None = None  # SPDX id of the licence of the venue's text; None = OpenReview's CC-BY-4.0
+    licence_url: str | None = None  # the licence's text; None = CC BY 4.0's when the licence is the default
+    source_description: str | None = None  # where the venue's text comes from; None = OpenReview, by its id
+    citation: str | None = None  # how to cite the venue's text (BibTeX or a sentence); None = cite the venue
+
+    @property
+    def terms(self) -> dict[str, str | None]:
+        """The licence and source of the venue's text as a release states them, defaults filled in."""
+        licence = self.licence or OPENREVIEW_LICENCE
+        return {"licence": licence,
+                "licence_url": self.licence_url or (OPENREVIEW_LICENCE_URL if licence == OPENREVIEW_LICENCE else None),
+                "source_description": self.source_description or (
+                    f"Review, response and manuscript text of {self.openreview_id}, read from OpenReview; its "
+                    "authors license it CC BY 4.0 there: cite the venue and OpenReview."),
+                "citation": self.citation}
 
     @property
     def slug(self) -> str:
@@ -104,7 +123,7 @@ def _venue_from_entry(key: str, entry: dict, sources: tuple[str, ...] = SOURCES)
                             f"known: {', '.join(sorted(known))}")
     if entry.get("api_version") not in (None, 1, 2) or isinstance(entry.get("api_version"), bool):
         raise RegistryError(f"venue {key!r}: api_version must be 1, 2 or absent (detect), got {entry['api_version']!r}")
-    for name in ("openreview_id", "api_url", "snapshot", "gold_claims", "gold_citations", "llm_recording", "release"):
+    for name in _TEXT_FIELDS:
         if entry.get(name) is not None and not isinstance(entry[name], str):
             raise RegistryError(f"venue {key!r}: {name} must be a string, got {entry[name]!r}")
     try:

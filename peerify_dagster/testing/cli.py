@@ -42,10 +42,12 @@ def write_registry(folder: Path, key: str, **entry) -> Path:
 
 def sample_registry(folder: Path, snapshot: Path = SAMPLE, **extra) -> Path:
     """The sample venue as a snapshot venue, with its answer key, replayed from `snapshot`, and the labelling options
-    the repository's venues.yaml gives it (those its LLM recording was made with) unless `extra` names others."""
-    labelling = load_registry(REPO_ROOT / "venues.yaml")["sample"].labelling
-    if labelling is not None:
-        extra.setdefault("labelling", labelling)
+    (those its LLM recording was made with) and licence terms the repository's venues.yaml gives it unless `extra`
+    names others."""
+    sample = load_registry(REPO_ROOT / "venues.yaml")["sample"]
+    for field in ("labelling", "licence", "licence_url", "source_description", "citation"):
+        if getattr(sample, field) is not None:
+            extra.setdefault(field, getattr(sample, field))
     return write_registry(folder, "sample", openreview_id="PeerifySample.cc/2026/Workshop", source="snapshot",
                           snapshot=str(snapshot), gold_claims=str(SAMPLE_DIR / "claim_key.yaml"), seed=20260110,
                           **extra)
