@@ -30,11 +30,12 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import statistics
 import sys
 import time
 import unicodedata
+from xml.etree import ElementTree
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -52,8 +53,10 @@ from peerify_dagster.domain.layout.lines import clean_line_text  # noqa: E402
 from peerify_dagster.resources.document_parser import DocumentParser, ManuscriptParseError  # noqa: E402
 
 DEFAULT_PDFS = REPO_ROOT.parent / "shared" / "real-data" / "pdfs"
+DEFAULT_JOURNALS = REPO_ROOT.parent / "shared" / "real-data" / "pdfs-journals"
 TARGETS = (
-    "heading P/R >= 0.9; GT paragraphs in one chunk >= 90%; 0 main-text blocks as appendix/reference; "
+    "heading P/R >= 0.9; GT paragraphs in one chunk >= 90%; >= 95% of GT reference entries found as single entries; "
+    "titles exact; 0 main-text blocks as appendix/reference; "
     "0 furniture, 0 hyphen artefacts, 0 captions in paragraphs; text kept >= 98%; >= 10 pages/s"
 )
 _STANDARD_NAMES = re.compile(r"^(?:abstract|references|bibliography|acknowledge?ments?)$")
@@ -75,19 +78,90 @@ def _heading_key(text: str) -> str:
     return "".join(_normal_tokens(text))
 
 
-def _ground_truth(pdf: Path) -> tuple[list[str], list[str]] | None:
-    """(section titles, body paragraphs) from S2ORC JSON or Docling Markdown next to the PDF, if any."""
+@dataclass(frozen=True)
+class GroundTruth:
+    """What a ground-truth file says of a paper; `references` hold each entry's identifying text (its title, or
+    its whole text where the format gives no title), `title` is None where the format does not give it."""
+
+    source: str
+    sections: list[str]
+    paragraphs: list[str]
+    references: list[str]
+    title: str | None
+
+
+def _xml_text(element: ElementTree.Element) -> str:
+    return re.sub(r"\s+", " ", "".join(element.itertext())).strip()
+
+
+def _local(tag: str) -> str:
+    return tag.rsplit("}", 1)[-1]
+
+
+def _tei_truth(path: Path) -> GroundTruth:
+    root = ElementTree.parse(path).getroot()
+    elements = list(root.iter())
+    title = next((_xml_text(e) for e in elements if _local(e.tag) == "title" and e.get("type") == "main"
+                  and e.get("level") == "a"), None)
+    body = next(e for e in elements if _local(e.tag) == "body")
+    # Section heads are a <div>'s own <head>; a <figure>'s head is its label ("Fig. 3"), not a section.
+    sections = [_xml_text(head) for div in body.iter() if _local(div.tag) == "div"
+                for head in div if _local(head.tag) == "head"]
+    paragraphs = [_xml_text(p) for p in body.iter() if _local(p.tag) == "p"]
+    references = []
+    for entry in (e for e in elements if _local(e.tag) == "biblStruct"):
+        titles = [_xml_text(t) for t in entry.iter() if _local(t.tag) == "title" and t.get("level") in ("a", "m")]
+        references.append(titles[0] if titles else _xml_text(entry))
+    return GroundTruth("GROBID TEI", sections, paragraphs, references, title)
+
+
+def _jats_truth(path: Path) -> GroundTruth:
+    root = ElementTree.parse(path).getroot()
+    title_group = root.find(".//front//title-group/article-title")
+    body = root.find(".//body")
+    sections = [_xml_text(title) for sec in body.iter("sec") for title in sec.findall("title")]
+    paragraphs = [_xml_text(p) for p in body.iter("p")]
+    references = [_xml_text(ref) for ref in root.iter("ref")]
+    return GroundTruth("CERMINE JATS", sections, paragraphs, references,
+                       _xml_text(title_group) if title_group is not None else None)
+
+
+def _markdown_truth(path: Path, source: str, title_known: bool) -> GroundTruth:
+    """Markdown: the title is the last heading before the first text line (a label such as "Research Article"
+    may stand above it); headings after it are sections; lines under a References heading are its entries."""
+    lines = [line.strip() for line in path.read_text().splitlines() if line.strip()]
+    first_text = next((i for i, line in enumerate(lines) if not line.startswith("#")), len(lines))
+    title = lines[first_text - 1].lstrip("#").strip() if title_known and first_text else None
+    body = lines[first_text:] if title_known else lines
+    sections, paragraphs, references, in_references = [], [], [], False
+    for line in body:
+        if line.startswith("#"):
+            heading = line.lstrip("#").strip()
+            in_references = bool(re.match(r"(?i)^(references|bibliography)$", heading))
+            if not in_references:
+                sections.append(heading)
+        elif not line.startswith("|"):
+            (references if in_references else paragraphs).append(line)
+    return GroundTruth(source, sections, paragraphs, references, title)
+
+
+def _ground_truth(pdf: Path) -> GroundTruth | None:
+    """The ground truth next to the PDF, if any: S2ORC JSON, GROBID TEI, CERMINE JATS, human-cleaned Markdown
+    (`<stem>.md`) or Docling's expected Markdown (`<stem>.groundtruth.md`, no title or references)."""
     s2orc = pdf.with_suffix(".json")
     if s2orc.exists() and "pdf_parse" in (data := json.loads(s2orc.read_text())):
         body = data["pdf_parse"]["body_text"]
         sections = list(dict.fromkeys(paragraph["section"] for paragraph in body if paragraph["section"]))
-        return sections, [paragraph["text"] for paragraph in body]
-    markdown = pdf.with_name(f"{pdf.stem}.groundtruth.md")
-    if markdown.exists():
-        lines = [line.strip() for line in markdown.read_text().splitlines() if line.strip()]
-        sections = [line.lstrip("#").strip() for line in lines if line.startswith("#")]
-        paragraphs = [line for line in lines if not line.startswith(("#", "|"))]
-        return sections, paragraphs
+        references = [entry["title"] or entry["raw_text"] for entry in data["pdf_parse"]["bib_entries"].values()]
+        return GroundTruth("S2ORC JSON", sections, [paragraph["text"] for paragraph in body], references,
+                           data.get("title"))
+    for suffix, read in ((".tei.xml", _tei_truth), (".jats.xml", _jats_truth)):
+        if (path := pdf.with_name(pdf.stem + suffix)).exists():
+            return read(path)
+    if (path := pdf.with_suffix(".md")).exists():
+        return _markdown_truth(path, "human Markdown", title_known=True)
+    if (path := pdf.with_name(f"{pdf.stem}.groundtruth.md")).exists():
+        return _markdown_truth(path, "Docling Markdown", title_known=False)
     return None
 
 
@@ -118,6 +192,25 @@ def _paragraph_in_one_chunk(
         else:
             split.append(paragraph)
     return held, total, split
+
+
+def _entry_share(wanted: set, text_bigrams: set) -> float:
+    return len(wanted & text_bigrams) / len(wanted) if wanted else 0.0
+
+
+def _reference_scores(references: list[str], blocks) -> tuple[int, int, int]:
+    """(entries found, entries found as single entries, entries): an entry is found when >= 80% of its word
+    bigrams lie in the reference blocks, single when one block holds them and that block holds no other entry."""
+    texts = [_bigrams(_normal_tokens(block.text)) for block in blocks if block.kind == "reference"]
+    every = set().union(*texts) if texts else set()
+    wanted = [_bigrams(_normal_tokens(entry)) for entry in references]
+    best = [max(range(len(texts)), key=lambda i: _entry_share(entry, texts[i])) if texts else None for entry in wanted]
+    owners = Counter(index for entry, index in zip(wanted, best)
+                     if index is not None and _entry_share(entry, texts[index]) >= 0.8)
+    found = sum(_entry_share(entry, every) >= 0.8 for entry in wanted)
+    single = sum(index is not None and _entry_share(entry, texts[index]) >= 0.8 and owners[index] == 1
+                 for entry, index in zip(wanted, best))
+    return found, single, len(wanted)
 
 
 def _repeated_band_lines(lines, page_sizes) -> set[str]:
@@ -196,18 +289,24 @@ def evaluate(parser: DocumentParser, pdf: Path, config: ChunkingConfig) -> dict:
     }
     truth = _ground_truth(pdf)
     if truth:
-        sections, paragraphs = truth
-        gold = {_heading_key(title) for title in sections if not _STANDARD_NAMES.match(_heading_key(title))}
+        gold = {_heading_key(title) for title in truth.sections if not _STANDARD_NAMES.match(_heading_key(title))}
         ours = [_heading_key(text) for text in headings if not _STANDARD_NAMES.match(_heading_key(text))]
-        matched = [key for key in ours if key in gold]
-        row["precision"] = len(matched) / len(ours) if ours else 0.0
-        row["recall"] = len(gold & set(ours)) / len(gold) if gold else 0.0
+        row["truth"] = truth.source
+        row["heading_counts"] = (sum(key in gold for key in ours), len(ours), len(gold & set(ours)), len(gold))
+        row["precision"] = row["heading_counts"][0] / len(ours) if ours else 0.0
+        row["recall"] = row["heading_counts"][2] / len(gold) if gold else 0.0
         row["wrong_headings"] = [text for text in headings if _heading_key(text) not in gold
                                  and not _STANDARD_NAMES.match(_heading_key(text))]
         row["missed_headings"] = sorted(gold - set(ours))
-        held, total, split = _paragraph_in_one_chunk(paragraphs, [c.text for c in every_chunk], config.max_tokens)
+        held, total, split = _paragraph_in_one_chunk(truth.paragraphs, [c.text for c in every_chunk], config.max_tokens)
         row["paragraphs"] = (held, total)
         row["split_paragraphs"] = split
+        if truth.references:
+            row["references"] = _reference_scores(truth.references, document.blocks)
+        if truth.title is not None:
+            row["title_exact"] = [_normal_tokens(title) for title in row["titles"]] == [_normal_tokens(truth.title)]
+            if not row["title_exact"]:
+                row["wrong_title"] = [f"{row['titles']} != {truth.title!r}"]
     return row
 
 
@@ -217,46 +316,83 @@ def _kinds(counter: Counter) -> str:
     return " ".join(f"{short.get(kind, kind)}{count}" for kind, count in sorted(counter.items()))
 
 
+def _ratio(held: int, total: int) -> str:
+    return f"{held}/{total} ({held / total:.0%})" if total else "-"
+
+
+def _layout_summary(layout: str, rows: list[dict]) -> tuple[str, list[str]]:
+    """One table row of micro-averaged structure scores for a layout, and the targets it misses."""
+    counts = [row["heading_counts"] for row in rows if "heading_counts" in row]
+    precision = sum(c[0] for c in counts) / max(sum(c[1] for c in counts), 1)
+    recall = sum(c[2] for c in counts) / max(sum(c[3] for c in counts), 1)
+    held = sum(row["paragraphs"][0] for row in rows if "paragraphs" in row)
+    total = sum(row["paragraphs"][1] for row in rows if "paragraphs" in row)
+    references = [row["references"] for row in rows if "references" in row]
+    found, single, entries = (sum(r[i] for r in references) for i in range(3))
+    titles = [row["title_exact"] for row in rows if "title_exact" in row]
+    pages = sum(row["pages"] for row in rows)
+    seconds = sum(row["seconds"] for row in rows)
+    checks = {
+        "heading P >= 0.9": not counts or precision >= 0.9, "heading R >= 0.9": not counts or recall >= 0.9,
+        "paragraphs in one chunk >= 90%": not total or held >= 0.9 * total,
+        "reference entries single >= 95%": not entries or single >= 0.95 * entries,
+        "titles exact": all(titles), ">= 10 pages/s": pages >= 10 * seconds,
+    }
+    line = (f"| {layout} | {len(rows)} | {pages} | {pages / seconds:.1f} | "
+            + (f"{precision:.2f} / {recall:.2f}" if counts else "-")
+            + f" | {_ratio(held, total)} | {_ratio(found, entries)} | {_ratio(single, entries)} "
+            f"| {_ratio(sum(titles), len(titles))} | {sum(len(r['captions']) for r in rows)} "
+            f"| {'yes' if all(checks.values()) else 'no: ' + ', '.join(k for k, ok in checks.items() if not ok)} |")
+    return line, [name for name, ok in checks.items() if not ok]
+
+
 def main(argv: list[str] | None = None) -> int:
     arguments = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    arguments.add_argument("--pdfs", type=Path, default=DEFAULT_PDFS, help="folder of PDFs (and ground truth)")
+    arguments.add_argument("--pdfs", type=Path, default=DEFAULT_PDFS, help="folder of conference-layout PDFs")
+    arguments.add_argument("--journals", type=Path, default=DEFAULT_JOURNALS, help="folder of journal-layout PDFs")
     arguments.add_argument("--headings", action="store_true", help="list every paper's headings")
     arguments.add_argument("--show", type=int, default=3, help="examples to print per failing measure")
     options = arguments.parse_args(argv)
-    pdfs = sorted(options.pdfs.glob("*.pdf")) if options.pdfs.is_dir() else []
+    folders = {"conference": options.pdfs, "journal": options.journals}
+    pdfs = [(layout, pdf) for layout, folder in folders.items() if folder.is_dir()
+            for pdf in sorted(folder.glob("*.pdf"))]
     if not pdfs:
-        print(f"no PDFs in {options.pdfs}: nothing to evaluate", file=sys.stderr)
+        print(f"no PDFs in {options.pdfs} or {options.journals}: nothing to evaluate", file=sys.stderr)
         return 0
     parser = DocumentParser()
     config = ChunkingConfig()
     started = time.perf_counter()
-    parser.parse(pdfs[0])  # warm-up: Docling import and converter construction
+    parser.parse(pdfs[0][1])  # warm-up: Docling import and converter construction
     warm_up = time.perf_counter() - started
     rows, failures = [], []
-    for pdf in pdfs:
+    for layout, pdf in pdfs:
         try:
-            rows.append(evaluate(parser, pdf, config))
+            rows.append({**evaluate(parser, pdf, config), "layout": layout})
         except ManuscriptParseError as error:
             failures.append(f"{pdf.name}: {error.reason}: {error.detail}")
-    print("| file | pages | s | pages/s | blocks | headings | chunks | median / p90 words | furniture in chunks "
-          "| hyphen artefacts | captions in paragraphs | main text as appendix/ref | text kept | heading P / R "
-          "| GT paragraphs in one chunk |")
-    print("|---|---:|---:|---:|---|---:|---:|---|---:|---:|---:|---:|---:|---|---|")
+    print("| file | layout | pages | s | pages/s | blocks | headings | chunks | median / p90 words "
+          "| furniture in chunks | hyphen artefacts | captions in paragraphs | main text as appendix/ref | text kept "
+          "| ground truth | heading P / R | GT paragraphs in one chunk | references found / single | title exact |")
+    print("|---|---|---:|---:|---:|---|---:|---:|---|---:|---:|---:|---:|---:|---|---|---|---|---|")
     for row in rows:
-        truth = (f"{row['precision']:.2f} / {row['recall']:.2f}", "{}/{} ({:.0%})".format(
-            *row["paragraphs"], row["paragraphs"][0] / max(row["paragraphs"][1], 1))) if "precision" in row else ("-", "-")
-        print(f"| {row['file']} | {row['pages']} | {row['seconds']:.2f} | {row['pages'] / row['seconds']:.1f} "
-              f"| {_kinds(row['kinds'])} | {len(row['headings'])} | {row['chunks']} | {row['median']:.0f} / {row['p90']:.0f} "
-              f"| {len(row['furniture'])} | {len(row['hyphens'])} | {len(row['captions'])} | {len(row['early_marked'])} "
-              f"| {row['coverage']:.1%} | {truth[0]} | {truth[1]} |")
-    pages = sum(row["pages"] for row in rows)
-    seconds = sum(row["seconds"] for row in rows)
-    sizes = [row["median"] for row in rows]
-    print(f"| **all** | {pages} | {seconds:.2f} | {pages / seconds:.1f} | | {sum(len(r['headings']) for r in rows)} "
-          f"| {sum(r['chunks'] for r in rows)} | {statistics.median(sizes):.0f} (median of medians) | "
-          f"{sum(len(r['furniture']) for r in rows)} | {sum(len(r['hyphens']) for r in rows)} | "
-          f"{sum(len(r['captions']) for r in rows)} | {sum(len(r['early_marked']) for r in rows)} | "
-          f"{min(r['coverage'] for r in rows):.1%} (min) | | |")
+        scores = "| - | - | - | - | -"
+        if "precision" in row:
+            found, single, entries = row.get("references", (0, 0, 0))
+            scores = (f"| {row['truth']} | {row['precision']:.2f} / {row['recall']:.2f} | {_ratio(*row['paragraphs'])} "
+                      f"| {f'{found} / {single} of {entries}' if entries else '-'} "
+                      f"| {({True: 'yes', False: 'no'}).get(row.get('title_exact'), '-')}")
+        print(f"| {row['file']} | {row['layout']} | {row['pages']} | {row['seconds']:.2f} "
+              f"| {row['pages'] / row['seconds']:.1f} | {_kinds(row['kinds'])} | {len(row['headings'])} "
+              f"| {row['chunks']} | {row['median']:.0f} / {row['p90']:.0f} | {len(row['furniture'])} "
+              f"| {len(row['hyphens'])} | {len(row['captions'])} | {len(row['early_marked'])} "
+              f"| {row['coverage']:.1%} {scores} |")
+    print()
+    print("| layout | papers | pages | pages/s | heading P / R | paragraphs in one chunk | references found "
+          "| references single | titles exact | captions in paragraphs | targets hold |")
+    print("|---|---:|---:|---:|---|---|---|---|---|---:|---|")
+    for layout in folders:
+        if group := [row for row in rows if row["layout"] == layout]:
+            print(_layout_summary(layout, group)[0])
     print()
     print(f"Targets: {TARGETS}. Chunking: {config}. Warm-up (Docling import + first parse): {warm_up:.1f} s.")
     for failure in failures:
@@ -267,7 +403,8 @@ def main(argv: list[str] | None = None) -> int:
                            ("captions", "captions in paragraphs"), ("early_marked", "main text as appendix/ref"),
                            ("wrong_headings", "headings not in the ground truth"),
                            ("missed_headings", "ground-truth headings missed"),
-                           ("split_paragraphs", "ground-truth paragraphs not in one chunk")):
+                           ("split_paragraphs", "ground-truth paragraphs not in one chunk"),
+                           ("wrong_title", "title not exact")):
             if row.get(key):
                 shown = [item[:90] for item in row[key][:options.show]]
                 details.append(f"  {label} ({len(row[key])}): {shown}")

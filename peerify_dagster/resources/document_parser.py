@@ -374,7 +374,11 @@ def _line_from_words(page_no: int, cell: Any, box: Any, words: list[tuple[Any, A
         lead += 1
     # A run-in heading: the line opens with emphasised words and goes on in the regular face.
     lead_words = sum(len(word.text.split()) for word, _ in words[:lead]) if 0 < lead < len(styles) else 0
-    return TextLine(page_no, box.l, box.t, box.r, box.b, size, bold, cell.text, italic=italic, lead_emphasis=lead_words)
+    faces = Counter()
+    for word, _ in words:
+        faces[word.font_name.split("+")[-1]] += len(word.text)
+    return TextLine(page_no, box.l, box.t, box.r, box.b, size, bold, cell.text, italic=italic, lead_emphasis=lead_words,
+                    font=faces.most_common(1)[0][0])
 
 
 def read_native_pages(pages: Iterable[Any]) -> PdfText:

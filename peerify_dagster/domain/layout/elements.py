@@ -20,7 +20,7 @@ import functools
 import itertools
 import re
 import statistics
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -53,6 +53,12 @@ from peerify_dagster.domain.layout.references import continues_reference_entry, 
 _RUN_IN_ABSTRACT = re.compile(r"^Abstract\s*[.:\u2014\u2013-]\s*(?=\S)")
 _LIST_MARKER = re.compile(
     r"^(?:[•●◦▪‣∙·\-–]\s|\(?(?:[a-z]|[ivx]{1,4}|\d{1,2})\)\s|(?:\d{1,2}|[IVX]{1,4}|[A-Za-z])[.)]\s)"
+)
+# A journal's article-type label, set at title size above the title: front matter, never part of the title.
+_ARTICLE_TYPE_LABEL = re.compile(
+    r"^(?:(?:Original|Research|Review|Clinical|Brief|Short|Technical|Case|Systematic)\s+)?"
+    r"(?:Research\s+)?(?:Article|Paper|Report|Review|Communication|Note|Research|Study|Letter)s?$",
+    re.IGNORECASE,
 )
 _FRONT_MATTER_LABEL = re.compile(
     r"^(?:CCS Concepts|Keywords|Key ?words|Index Terms|Additional Key Words|ACM Reference Format)\b", re.IGNORECASE
@@ -110,6 +116,7 @@ class _ElementBuilder:
         self._heading_answers: dict[tuple[int, bool, tuple[int, ...] | None], bool] = {}
         self.last_number: tuple[int, ...] | None = None
         self.numbered_paper = self._count_numbered_candidates() >= 2
+        self.body_fonts = self._body_fonts()
 
     # Measurements -------------------------------------------------------------------------
 
@@ -122,6 +129,16 @@ class _ElementBuilder:
             and abs(above.font_size - self.body_size) < 0.1 * self.body_size
         ]
         return statistics.median(gaps) if gaps else 0.4 * self.body_size
+
+    def _body_fonts(self) -> set[str]:
+        """The faces that set running text: those holding >= 5% of the body-size characters. A row in another
+        upright face stands out as a heading would in bold; unnamed faces ("") never count as distinct."""
+        faces: Counter[str] = Counter()
+        for row in self.rows:
+            if abs(row.font_size - self.body_size) < 0.1 * self.body_size:
+                faces[row.font] += len(row.text)
+        total = sum(faces.values()) or 1
+        return {face for face, count in faces.items() if count >= 0.05 * total} | {""}
 
     def _column_edges(self) -> dict[tuple[int, int], _Column]:
         groups: dict[tuple[int, int], list[Row]] = defaultdict(list)
@@ -170,7 +187,11 @@ class _ElementBuilder:
     # Row classification -----------------------------------------------------------------
 
     def _is_styled(self, row: Row) -> bool:
-        return row.bold or row.font_size >= self.body_size * 1.1
+        return row.bold or row.font_size >= self.body_size * 1.1 or self._in_heading_face(row)
+
+    def _in_heading_face(self, row: Row) -> bool:
+        # Not in the front matter, whose author and affiliation lines have faces of their own.
+        return self.seen_heading and not row.italic and row.font not in self.body_fonts
 
     def _heading_at(self, index: int) -> bool:
         # Asked several times per row (floats look ahead for headings); the answer depends only on the row,
@@ -184,8 +205,9 @@ class _ElementBuilder:
         row = self.rows[index]
         if row.lead_emphasis or len(row.text) > 150 or len(row.text.split()) > 16 or is_caption(row.text):
             return False
-        if row.font_size < 0.93 * self.body_size:
-            return False  # headings are never set smaller than the body text
+        if row.font_size < 0.93 * self.body_size and not (
+                self._in_heading_face(row) and is_known_section_name(row.text.strip())):
+            return False  # headings are not set smaller than the body text, but back matter may be, in its own face
         text = unglue_heading(row.text, self.vocabulary)
         words = text.split()
         number, title = split_number(text)
@@ -210,10 +232,19 @@ class _ElementBuilder:
         # An unnumbered heading must stand out on every count: style, space around it, a short title.
         display = (row.bold and row.font_size >= 1.02 * self.body_size) or row.font_size >= 1.15 * self.body_size
         return (
-            len(words) <= 10 and not SENTENCE_END.search(text) and self._spaced_below(index)
-            and (display if self.numbered_paper else self._is_styled(row))
+            len(words) <= 10 and not SENTENCE_END.search(text)
+            # In an unnumbered paper a heading in its own face may sit as close to its paragraph as the line gap.
+            and (self._spaced_below(index) or (not self.numbered_paper and self._in_heading_face(row)))
+            and (display if self.numbered_paper else self._is_styled(row) or self._italic_subheading(index))
             and not is_table_row(self.rows[index + 1] if index + 1 < len(self.rows) else row)
         )
+
+    def _italic_subheading(self, index: int) -> bool:
+        """An unnumbered paper's italic subheading: a short italic line standing apart, over upright text (an
+        italic block quote goes on in italic)."""
+        row, below = self.rows[index], self.rows[index + 1] if index + 1 < len(self.rows) else None
+        return (row.italic and len(row.text.split()) <= 8 and below is not None and not below.italic
+                and self._spaced_below(index))
 
     def _register_heading(self, text: str) -> None:
         number, _ = split_number(text)
@@ -420,7 +451,7 @@ class _ElementBuilder:
     def _continues_heading(self, heading: Row, row: Row) -> bool:
         return (
             (heading.page, heading.column) == (row.page, row.column)
-            and row.bold == heading.bold
+            and (row.bold, row.italic, row.font) == (heading.bold, heading.italic, heading.font)
             and abs(row.font_size - heading.font_size) < 0.06 * heading.font_size
             and len(row.cells) == 1
             and not row.lead_emphasis
@@ -485,6 +516,9 @@ class _ElementBuilder:
             return 0
         start = next((index for index, row in enumerate(self.rows[:4])
                       if row.page == first_page and row.font_size >= 0.97 * largest), None)
+        if start is not None and _ARTICLE_TYPE_LABEL.match(self.rows[start].text.strip()) \
+                and start + 1 < len(self.rows) and self.rows[start + 1].font_size >= 0.97 * largest:
+            start += 1
         if start is None:
             return 0
         first = self.rows[start]

@@ -23,7 +23,9 @@ class TextLine:
     """One line of text on a page; coordinates in points, origin at the page's top-left.
 
     `font_size` is the typical height of the line's words; `lead_emphasis` counts the words at the
-    line's start set in bold or italic when the rest of the line is not (a run-in heading).
+    line's start set in bold or italic when the rest of the line is not (a run-in heading); `font` is the face
+    most of its characters use (subset prefix dropped), so that a heading face whose name tells no weight (an
+    obfuscated "NptcdsAdvTT99c4c969") still differs from the body's.
     """
 
     page: int
@@ -36,6 +38,7 @@ class TextLine:
     text: str
     italic: bool = False
     lead_emphasis: int = 0
+    font: str = ""
 
     @property
     def height(self) -> float:

@@ -70,6 +70,13 @@ class Row:
         return self._share("italic") >= 0.8
 
     @property
+    def font(self) -> str:
+        faces: dict[str, int] = {}
+        for line in self.lines:
+            faces[line.font] = faces.get(line.font, 0) + len(line.text)
+        return max(faces, key=faces.__getitem__)
+
+    @property
     def lead_emphasis(self) -> int:
         first = min(self.lines, key=lambda line: line.x0)
         return first.lead_emphasis if len(self.lines) == 1 else (
