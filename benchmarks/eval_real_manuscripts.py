@@ -1,9 +1,10 @@
 """Measure manuscript structure recovery and chunking on real PDFs; prints a Markdown table.
 
-    .venv/bin/python benchmarks/eval_real_manuscripts.py [--pdfs PATH] [--headings] [--show N]
+    .venv/bin/python benchmarks/eval_real_manuscripts.py [--pdfs PATH] [--journals PATH] [--headings] [--show N]
 
-PATH defaults to `../shared/real-data/pdfs` next to the repository; the script exits cleanly (code 0,
-one line on stderr) when the folder is absent. Per PDF it parses with the project's parser, chunks
+`--pdfs` (conference layouts) defaults to `../shared/real-data/pdfs` next to the repository, `--journals` to
+`../shared/real-data/pdfs-journals`; the script exits cleanly (code 0, one line on stderr) when neither folder is
+there. Per PDF it parses with the project's parser, chunks
 with the default `ChunkingConfig`, and reports:
 
 * pages, seconds (parse + chunk, warm), pages/s, blocks by kind, headings, chunks, median/p90 words;
@@ -17,12 +18,17 @@ with the default `ChunkingConfig`, and reports:
   headings ride in them; reference and checklist chunks counted although they are not retrieval
   units by default), in the title and author block, or in figure-text blocks, which are kept in
   `parsed_manuscripts` and chunked only with their own caption;
-* with ground truth next to the PDF (`<stem>.json`, S2ORC; `<stem>.groundtruth.md`, Docling):
+* with ground truth next to the PDF (`<stem>.json`, S2ORC; `<stem>.tei.xml`, GROBID TEI; `<stem>.jats.xml`,
+  CERMINE JATS; `<stem>.md`, Markdown cleaned by people; `<stem>.groundtruth.md`, Docling):
   heading precision and recall (section titles compared without numbering, spaces or case; the
   standard names Abstract / References / Acknowledgements, which GROBID keeps out of its body
   sections, are left out on both sides), and the share of ground-truth body paragraphs under the
   chunk limit that lie in a single chunk (>= 90% of their word bigrams in one chunk; equations and
-  paragraphs into which GROBID merged a float's caption are left out).
+  paragraphs into which GROBID merged a float's caption are left out); reference entries found (>= 80% of an
+  entry's word pairs in reference blocks) and found as single entries (one block holds it and no other entry);
+  whether the title is exact.
+
+Then one row per layout (conference, journal) with the totals and which of issue 23's targets hold.
 """
 
 from __future__ import annotations
