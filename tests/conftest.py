@@ -5,7 +5,6 @@ what a test sees. Tests that need one of them set it themselves with monkeypatch
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 import pytest
@@ -23,15 +22,6 @@ def isolated(name: str) -> bool:
 def _isolated_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in [name for name in os.environ if isolated(name)]:
         monkeypatch.delenv(name)
-
-
-@pytest.fixture(autouse=True)
-def _restored_standard_streams():
-    # A library that swaps sys.stdout/sys.stderr for its own proxy (and closes it) would break pytest's capture of
-    # every later test in the worker ("I/O operation on closed file" at setup and teardown): put back what was there.
-    streams = sys.stdout, sys.stderr
-    yield
-    sys.stdout, sys.stderr = streams
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -326,4 +326,5 @@ def test_a_changed_extraction_prompt_changes_exactly_the_review_claim_assets(tmp
     assert {key for key in before if before[key] != after[key]} == {"review_claims", "claims_dropped"}
     tag = edited / "tag_fact.md"
     tag.write_text(tag.read_text() + "\n")
-    assert {key for key in after if after[key] != code_versions(edited)[key]} == {"claim_types"}
+    tagged = code_versions(edited)
+    assert {key for key in after if after[key] != tagged[key]} == {"claim_types"}

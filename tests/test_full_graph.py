@@ -15,11 +15,15 @@ import pytest
 
 from peerify_dagster.domain.labels import LABELS
 from peerify_dagster.resources.lake import Lake
+from peerify_dagster.testing.openai_server import ScriptedOpenAIServer
 from tests.fixtures_pdf import encrypted_paper, image_only_paper, zero_page_pdf
 from tests.support import SAMPLE, materialise, materialise_predictions, materialization_metadata, sample_registry
+from tests.test_claims_assets import models_file, scripted_answer
 
-WITHOUT_LLM = dg.AssetSelection.all() - dg.AssetSelection.groups("verification", "predictions", "metrics", "reports",
-                                                                  "release")
+# What the unparseable-PDF test reads, and what it is made from (with the multi-assets' other outputs).
+UP_TO_RETRIEVAL = dg.AssetSelection.assets("parse_errors", "parsed_manuscripts", "chunks", "retrieval_runs") \
+    .upstream().required_multi_asset_neighbors()
+
 # The local model verifies the claims whose label retrieval_queries knows (a few minutes on 2 cores), not every
 # review claim.
 CONFIGURATION = "hybrid-top3"
@@ -148,7 +152,7 @@ def test_retrieval_runs_and_metrics(sample_graph):
     assert all("cross-encoder" in r for r in unavailable["reason"])
 
 
-def test_unparseable_pdfs_are_recorded_and_the_rest_completes(tmp_path):
+def test_unparseable_pdfs_are_recorded_and_the_rest_completes(tmp_path, monkeypatch):
     snapshot = tmp_path / "snapshot"
     shutil.copytree(SAMPLE, snapshot)
     papers = sorted(p.stem for p in (snapshot / "pdfs").glob("*.pdf"))
@@ -160,9 +164,12 @@ def test_unparseable_pdfs_are_recorded_and_the_rest_completes(tmp_path):
     without_pdf = sorted(p.stem for p in (snapshot / "forums").glob("*.json") if p.stem not in papers)[0]
     (snapshot / "manuscripts").mkdir()
     shutil.copy(SAMPLE.parent / "manuscripts" / f"{without_pdf}.md", snapshot / "manuscripts" / f"{without_pdf}.md")
-    registry = sample_registry(tmp_path, snapshot, llm_recording=str(claim_stage_recording(tmp_path)))
-    result = materialise("sample", registry, tmp_path / "lake",
-                         dg.DagsterInstance.ephemeral(), WITHOUT_LLM)
+    # The Markdown manuscript's paper claims are in no recording: a scripted model on loopback answers the claim
+    # stage (what is tested here is the parsing, not a model; the labels and slices are left out).
+    with ScriptedOpenAIServer(responder=scripted_answer) as server:
+        monkeypatch.setenv("PEERIFY_MODELS_FILE", str(models_file(tmp_path, server.base_url)))
+        result = materialise("sample", sample_registry(tmp_path, snapshot), tmp_path / "lake",
+                             dg.DagsterInstance.ephemeral(), UP_TO_RETRIEVAL)
     assert result.success
     lake = Lake(tmp_path / "lake")
     errors = {r["paper_id"]: r for r in lake.read_table("parse_errors", "sample").iter_rows(named=True)}

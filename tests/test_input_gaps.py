@@ -99,9 +99,12 @@ def test_empty_venue_fails_its_check_and_gets_an_error_row(tmp_path):
 def test_claims_are_emitted_only_for_papers_in_the_venue(tmp_path):
     snapshot = snapshot_copy(tmp_path)
     keep_submissions(snapshot, ["Rk7bWq2NzA", "Tc9vPe5XmS"])  # 14 claims and none
-    result = materialise("sample", sample_registry(tmp_path, snapshot), tmp_path / "lake",
+    # The sample's recording answers the claim stage (its texts are the sample's): no model runs.
+    registry = sample_registry(tmp_path, snapshot, llm_recording=str(SAMPLE_DIR / "llm_recording.parquet"))
+    result = materialise("sample", registry, tmp_path / "lake",
                          dg.DagsterInstance.ephemeral(), selection("retrieval_queries", "raw_openreview_notes"))
     assert result.success
+    assert materialization_metadata(result, "review_claims", "calls_made") == [0]
     queries = Lake(tmp_path / "lake").read_table("retrieval_queries", "sample")
     # PaperSourced claims come only from chunked papers of the venue too (Tc9vPe5XmS has no PDF); review claims come
     # from the venue's reviews, whether or not the paper has a manuscript (their predictions say no_manuscript).

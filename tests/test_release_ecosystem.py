@@ -86,12 +86,47 @@ def test_the_release_lists_and_hashes_its_card_and_croissant_and_verifies(releas
     assert cli.main(["release", "verify", str(folder)]) == 0, capsys.readouterr().err
 
 
-def test_croissant_validates_and_loads_back_record_by_record(releases):
-    import mlcroissant as mlc
+# Both readers run in a child process: mlcroissant imports absl, whose log handler keeps the stderr of the moment
+# (pytest's capture file) and closes it when any later `logging.config.dictConfig` shuts handlers down, which broke
+# the capture of every later test in the worker.
+CROISSANT_READER = """
+import json, sys
+import mlcroissant as mlc
 
+def text(value):
+    # mlcroissant's value as the Parquet's: bytes decoded, repeated fields as lists, missing as None
+    if isinstance(value, bytes):
+        return value.decode("utf-8")
+    if isinstance(value, (list, tuple)) or hasattr(value, "tolist"):
+        return [text(v) for v in list(value)]
+    return None if value is None or value != value else value
+
+dataset = mlc.Dataset(jsonld=sys.argv[1])  # raises on an invalid file
+records = {name: [{key.split("/", 1)[1]: text(value) for key, value in record.items()}
+                  for record in dataset.records(record_set=name)] for name in sys.argv[2:]}
+print(json.dumps({"errors": sorted(dataset.metadata.ctx.issues.errors), "records": records}))
+"""
+
+DATASETS_READER = """
+import json, sys
+from datasets import load_dataset
+print(json.dumps({name: load_dataset(sys.argv[1], name, split="test").to_list() for name in sys.argv[2:]}))
+"""
+
+
+def _read_in_child(code: str, tmp_path: Path, *args: str):
+    """What `code` prints last, as JSON, run offline in a child process with `args`."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
+    env.update(HF_DATASETS_OFFLINE="1", HF_HUB_OFFLINE="1", HF_HOME=str(tmp_path / "hf"))
+    done = subprocess.run([sys.executable, "-c", code, *args], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_croissant_validates_and_loads_back_record_by_record(releases, tmp_path):
     folder = releases["old"]
-    dataset = mlc.Dataset(jsonld=str(folder / rel.CROISSANT))  # raises on an invalid file
-    assert dataset.metadata.ctx.issues.errors == set()
+    read = _read_in_child(CROISSANT_READER, tmp_path, str(folder / rel.CROISSANT), *SLICES)
+    assert read["errors"] == []
     metadata = json.loads((folder / rel.CROISSANT).read_text())
     assert metadata["license"] == [SAMPLE_TERMS["licence_url"]] and metadata["version"] == "1.0.0"
     assert SAMPLE_TERMS["source_description"] in metadata["description"]
@@ -102,20 +137,8 @@ def test_croissant_validates_and_loads_back_record_by_record(releases):
     descriptions = {f["name"]: f["description"] for f in metadata["recordSet"][0]["field"]}
     assert all(descriptions.values()) and "gold label" in descriptions["gold_label"]
     for name in SLICES:
-        expected = pl.read_parquet(folder / f"{name}.parquet").to_dicts()
-        loaded = [{key.split("/", 1)[1]: _text(value) for key, value in record.items()}
-                  for record in dataset.records(record_set=name)]
-        assert loaded == expected, name
+        assert read["records"][name] == pl.read_parquet(folder / f"{name}.parquet").to_dicts(), name
     assert any(pl.read_parquet(folder / f"{name}.parquet").height for name in SLICES)
-
-
-def _text(value):
-    """mlcroissant's value as the Parquet's: bytes decoded, repeated fields as lists, missing as None."""
-    if isinstance(value, bytes):
-        return value.decode("utf-8")
-    if isinstance(value, list | tuple) or hasattr(value, "tolist"):
-        return [_text(v) for v in list(value)]
-    return None if value is None or value != value else value
 
 
 def test_load_dataset_by_config_name_without_naming_files(releases, tmp_path):
@@ -123,16 +146,7 @@ def test_load_dataset_by_config_name_without_naming_files(releases, tmp_path):
     manifest = json.loads((folder / rel.MANIFEST).read_text())
     filled = [name for name in SLICES if manifest["slices"][name]["rows"]]  # datasets loads no empty split
     assert len(filled) >= 3
-    code = f"""
-import json
-from datasets import load_dataset
-print(json.dumps({{name: load_dataset({str(folder)!r}, name, split="test").to_list() for name in {filled!r}}}))
-"""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
-    env.update(HF_DATASETS_OFFLINE="1", HF_HUB_OFFLINE="1", HF_HOME=str(tmp_path / "hf"))
-    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    loaded = json.loads(done.stdout.strip().splitlines()[-1])
+    loaded = _read_in_child(DATASETS_READER, tmp_path, str(folder), *filled)
     for name in filled:
         assert loaded[name] == pl.read_parquet(folder / f"{name}.parquet").to_dicts(), name
     card = (folder / rel.CARD).read_text()
