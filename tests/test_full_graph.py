@@ -17,7 +17,13 @@ from peerify_dagster.domain.labels import LABELS
 from peerify_dagster.resources.lake import Lake
 from peerify_dagster.testing.openai_server import ScriptedOpenAIServer
 from tests.fixtures_pdf import encrypted_paper, image_only_paper, zero_page_pdf
-from tests.support import SAMPLE, materialise, materialise_predictions, materialization_metadata, sample_registry
+from tests.support import (
+    SAMPLE,
+    materialise,
+    materialise_predictions,
+    materialization_metadata,
+    sample_registry,
+)
 from tests.test_claims_assets import models_file, scripted_answer
 
 # What the unparseable-PDF test reads, and what it is made from (with the multi-assets' other outputs).
