@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from peerify_dagster.domain.layout.elements import recover_blocks
-from peerify_dagster.domain.layout.lines import TextLine
+from peerify_dagster.domain.layout.lines import TextLine, clean_line_text
 from peerify_dagster.resources.document_parser import DocumentParser
 
 JOURNALS = Path(__file__).resolve().parents[1].parent / "shared" / "real-data" / "pdfs-journals"
@@ -103,6 +103,29 @@ def test_article_type_label_is_kept_out_of_the_title() -> None:
     assert "Research Article" in next(b.text for b in blocks if b.kind == "authors")
 
 
+def test_a_hanging_author_year_entry_ending_without_a_full_stop_does_not_swallow_the_next() -> None:
+    page = _Page()
+    page.line("Methods", face=HEADING_FACE, gap=18.0)
+    page.paragraph("The rats were fasted overnight:", rows=5)
+    page.line("References", face=HEADING_FACE, gap=14.0)
+    page.line("Lichtenberger, L. M., Wang, Z-M. et al. (1995) Non-steroidal anti-inflammatory drugs associate")
+    page.lines.append(TextLine(1, 62.0, page.y + 3.0, 400.0, page.y + 13.0, 10.0, False,
+                               "with zwitterionic phospholipids. Nat Med 1: 154-158", font=BODY_FACE))
+    page.y += 13.0
+    page.line("Menconi, M. J., Unno, N., Smith, M. et al. (1998). Nitric oxide donor-induced hyperpermeability.")
+    references = [b.text for b in _blocks(page.lines) if b.kind == "reference"]
+    assert len(references) == 2 and references[1].startswith("Menconi"), references
+
+
+@pytest.mark.parametrize(("layer", "text"), [
+    ("signifi cantly higher", "significantly higher"), ("anti-infl ammatory drugs", "anti-inflammatory drugs"),
+    ("the fl ow rate", "the flow rate"), ("Rafi , S., Jacob, M.", "Rafi, S., Jacob, M."),
+    ("a sci-fi film", "a sci-fi film"), ("the staff members", "the staff members"), ("if it is", "if it is"),
+])
+def test_a_ligature_set_as_a_word_of_its_own_is_closed_up(layer: str, text: str) -> None:
+    assert clean_line_text(layer) == text
+
+
 # --- The real journal papers the failures were found on ------------------------------------------
 
 
@@ -145,3 +168,13 @@ def test_springer_italic_subheadings(parsed) -> None:
 def test_research_article_label_not_in_title(parsed, paper: str, title: str) -> None:
     titles = _texts(parsed[paper], "title")
     assert len(titles) == 1 and titles[0].startswith(title)
+
+
+@needs_journals
+def test_springer_ligatures_and_author_year_entries(parsed) -> None:
+    document = parsed["academic"]
+    text = " ".join(block.text for block in document.blocks)
+    assert "infl ammatory" not in text and "anti-inflammatory" in text
+    references = _texts(document, "reference")
+    lichtenberger = next(entry for entry in references if entry.startswith("Lichtenberger"))
+    assert "Menconi" not in lichtenberger and any(entry.startswith("Menconi") for entry in references)

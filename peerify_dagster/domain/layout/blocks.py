@@ -21,7 +21,7 @@ from peerify_dagster.domain.layout.lines import SENTENCE_END, Vocabulary, join_l
 from peerify_dagster.domain.layout.regions import LineRegion, Region, text_offset
 
 # Bumped whenever a rule of this package changes the blocks produced, so dependent assets go stale.
-LAYOUT_VERSION = "4"
+LAYOUT_VERSION = "5"
 
 BLOCK_KINDS = (
     "title", "authors", "abstract", "heading", "paragraph", "caption", "table", "figure", "reference", "checklist",

@@ -113,6 +113,9 @@ class _ElementBuilder:
         self.pending: _OpenBlock | None = None
         self.seen_heading = False
         self.in_references = False
+        # Whether the reference list has shown an indented further line: then its entries hang, and a line at the
+        # margin starts a new entry even where the entry above ends without a full stop ("... 1: 154-158").
+        self.references_hang = False
         self._heading_answers: dict[tuple[int, bool, tuple[int, ...] | None], bool] = {}
         self.last_number: tuple[int, ...] | None = None
         self.numbered_paper = self._count_numbered_candidates() >= 2
@@ -360,7 +363,8 @@ class _ElementBuilder:
         indent = row.x0 - self._column(row).left
         if self.in_references:
             # Reference lists hang: an entry's further lines are indented, a new entry starts at the margin.
-            entry = continues_reference_entry(row.text, indent, self.body_size, ends_sentence)
+            entry = continues_reference_entry(row.text, indent, self.body_size, ends_sentence, self.references_hang)
+            self.references_hang |= bool(entry) and indent >= 0.5 * self.body_size
             if entry is not None:
                 return entry
         is_short = self._line_ended_early(block, row, self._column(previous).right)

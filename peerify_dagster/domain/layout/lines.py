@@ -56,6 +56,16 @@ _LIGATURES = str.maketrans({
     "\u00ad": "",
 })
 _UNREADABLE = re.compile(r"[\ue000-\uf8ff\ufffd]|GLYPH<[^>]*>|\(cid:\d+\)")
+# Some fonts set a ligature glyph as a word cell of its own, so the text layer reads "signifi cant", "fl ow",
+# "Rafi , S.": a word ending in fi / fl runs on into the lower-case word or the punctuation after the space (not a
+# bare "fi" after a hyphen: "sci-fi film").
+_LIGATURE_GAP = re.compile(r"(?<!\w)([^\W\d_]*f[il]) (?=[a-z]|[,.;:)](?:\s|$))")
+
+
+def _close_ligature_gap(match: re.Match) -> str:
+    word, start = match.group(1), match.start()
+    after_hyphen = start > 0 and match.string[start - 1] == "-"
+    return match.group(0) if after_hyphen and word == "fi" else word
 
 
 def normalise_whitespace(text: str) -> str:
@@ -71,8 +81,9 @@ def unreadable_share(text: str) -> float:
 
 
 def clean_line_text(text: str) -> str:
-    """Ligatures expanded, unmapped glyphs dropped, whitespace collapsed."""
-    return normalise_whitespace(_UNREADABLE.sub("", text))
+    """Ligatures expanded (and the stray space some fonts leave after one closed up), unmapped glyphs dropped,
+    whitespace collapsed."""
+    return _LIGATURE_GAP.sub(_close_ligature_gap, normalise_whitespace(_UNREADABLE.sub("", text)))
 
 
 # Cues in a line's text that several rules read: a finished sentence, a number cell, a formula.

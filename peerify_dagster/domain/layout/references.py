@@ -13,12 +13,14 @@ from peerify_dagster.domain.layout.headings import describe_heading, split_numbe
 REFERENCE_ENTRY_START = re.compile(r"^(?:\[\d{1,3}\]|\d{1,3}\.\s+[A-Z])")
 
 
-def continues_reference_entry(text: str, indent: float, body_size: float, ends_sentence: bool) -> bool | None:
+def continues_reference_entry(text: str, indent: float, body_size: float, ends_sentence: bool,
+                              hanging: bool = False) -> bool | None:
     """Inside a reference list: True when a line (`indent` from its column's left edge) runs on the entry
-    above, False when it starts a new one, None when the hanging indent does not tell."""
+    above, False when it starts a new one, None when the hanging indent does not tell. `hanging`: the list's
+    further lines are known to be indented, so a line at the margin starts an entry."""
     if indent >= 0.5 * body_size and not REFERENCE_ENTRY_START.match(text):
         return True
-    if REFERENCE_ENTRY_START.match(text) or ends_sentence:
+    if REFERENCE_ENTRY_START.match(text) or ends_sentence or (hanging and indent < 0.3 * body_size):
         return False
     return None
 
