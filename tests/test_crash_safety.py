@@ -48,6 +48,7 @@ class Scenario:
     env: dict[str, str]
     killed: KilledBuild
     rebuilds: list[CliResult]
+    rebuild_pids: list[int]
     ledger: list[dict]  # the rows of calls made in this scenario (the recording's left out)
     recorded: set[str]  # the call ids the installed recording answers
     runs: list[dg.DagsterRun]
@@ -75,6 +76,7 @@ def scenario(tmp_path_factory) -> Scenario:
     try:
         started = [(start_peerify("build", "sample", env=env, logs=tmp / f"rebuild{i}"), tmp / f"rebuild{i}")
                    for i in range(2)]
+        rebuild_pids = [process.pid for process, _ in started]
         rebuilds = [finish(process, logs, timeout=1800) for process, logs in started]
     finally:
         holder.kill()
@@ -83,7 +85,7 @@ def scenario(tmp_path_factory) -> Scenario:
         runs = instance.get_runs()
         claimed = instance.event_log_storage.get_concurrency_info("llm").claimed_slots
     made = [row for row in ledger_rows(lake.root) if row["call_id"] not in recorded]
-    return Scenario(lake, home, env, killed, rebuilds, made, recorded, runs, claimed)
+    return Scenario(lake, home, env, killed, rebuilds, rebuild_pids, made, recorded, runs, claimed)
 
 
 RECORDING = SAMPLE_DIR / "llm_recording.parquet"
@@ -128,8 +130,12 @@ def test_nothing_of_the_killed_build_keeps_running(scenario):
 
 def test_two_rebuilds_at_once_both_succeed_while_the_catalog_is_held(scenario):
     assert [r.returncode for r in scenario.rebuilds] == [0, 0], [r.stderr[-3000:] for r in scenario.rebuilds]
-    waited = [r for r in scenario.rebuilds if "waiting for the build of sample (pid" in r.stderr]
-    assert len(waited) == 1  # one build of a venue at a time: the other took its turn
+    # One build of a venue at a time: one rebuild waited for the other (either may first have waited for a step
+    # process of the killed build that had not yet died: it held the lock until it did).
+    other_pids = list(reversed(scenario.rebuild_pids))
+    waited = [r for r, other in zip(scenario.rebuilds, other_pids)
+              if f"waiting for the build of sample (pid {other})" in r.stderr]
+    assert len(waited) == 1, [r.stderr[-1500:] for r in scenario.rebuilds]
     assert all("catalog not refreshed" in r.stderr for r in scenario.rebuilds)  # said, not failed
     verified = scenario.lake.read_table("predictions", PREDICTIONS).height
     assert [summary_rows(r.stdout, "predictions (hybrid-top2)") for r in scenario.rebuilds] == [str(verified)] * 2
