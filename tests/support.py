@@ -10,7 +10,13 @@ from peerify_dagster.definitions import build_resources, defs
 from peerify_dagster.jobs import build_venue_job
 from peerify_dagster.partitions import add_venue_partitions, prediction_key
 from peerify_dagster.resources.dagster_resources import OpenReviewResource, VenueRegistryResource
-from peerify_dagster.testing.cli import SAMPLE, SAMPLE_DIR, sample_registry, write_registry  # noqa: F401 - re-exported
+from peerify_dagster.testing.cli import (  # noqa: F401 - re-exported
+    SAMPLE,
+    SAMPLE_DIR,
+    SAMPLE_RECORDING,
+    sample_registry,
+    write_registry,
+)
 
 ALL_ASSETS = list(defs.assets)
 # The venue-partitioned graph up to the predictions' inputs (`peerify build`'s first run); a materialisation runs

@@ -19,11 +19,10 @@ from peerify_dagster.resources.lake import Lake
 from tests import fixtures_pdf, shard_support
 from tests.citation_support import write_citation_venue
 from tests.shard_support import fail_then_reexecute
-from tests.support import SAMPLE_DIR, materialise, materialization_metadata, sample_registry
+from tests.support import SAMPLE_RECORDING, materialise, materialization_metadata, sample_registry
 
 VENUE = "sample"
 SHARDS = 3
-RECORDING = SAMPLE_DIR / "llm_recording.parquet"
 # Each sharded asset and its mapped (per shard) step.
 SHARDED_STEPS = {"cited_papers": "resolve_cited_shard", "citance_enrichment": "tag_citance_shard",
                  "citation_verdicts": "judge_citation_shard"}
@@ -36,7 +35,7 @@ def sharded_copy(one_shard_lake: Path, folder: Path, shards: int) -> tuple[Path,
     sample `shards`."""
     lake_root = folder / "lake"
     shutil.copytree(one_shard_lake, lake_root)
-    return sample_registry(folder, llm_recording=str(RECORDING), shards=shards), lake_root
+    return sample_registry(folder, llm_recording=str(SAMPLE_RECORDING), shards=shards), lake_root
 
 
 def started_shards(result: dg.ExecuteInProcessResult, asset: str) -> list[str]:

@@ -33,7 +33,7 @@ from peerify_dagster.paths import REPO_ROOT
 from peerify_dagster.resources.lake import CATALOG_FILE, LEDGER_DIR, partition_slug
 from peerify_dagster.resources.runs import recover_dead_runs
 from peerify_dagster.resources.shard_io import SHARDS_DIR
-from peerify_dagster.testing.cli import (LEDGER_COLUMNS, SAMPLE_DIR, cli_env, descendants, peerify, sample_registry,
+from peerify_dagster.testing.cli import (LEDGER_COLUMNS, SAMPLE_RECORDING, cli_env, descendants, peerify, sample_registry,
                                          start_peerify, stop_process)
 from peerify_dagster.testing.services import SeaweedS3Service
 
@@ -139,7 +139,7 @@ def wait_for(what: str, found, timeout: float = RUN_TIMEOUT_S, interval: float =
 def cluster(tmp_path_factory, redis_service, postgres_service, s3_service):
     root = tmp_path_factory.mktemp("cluster")
     postgres_url = postgres_service.create_database("cluster_test")
-    registry = sample_registry(root, llm_recording=str(SAMPLE_DIR / "llm_recording.parquet"))
+    registry = sample_registry(root, llm_recording=str(SAMPLE_RECORDING))
     lake = f"{s3_service.make_bucket(BUCKET)}/{PREFIX}"
     env = cli_env(lake, registry, root / "home", PEERIFY_EXECUTOR="celery", PEERIFY_REDIS_URL=redis_service.url_for(1),
                   PEERIFY_POSTGRES_URL=postgres_url, PEERIFY_LAKE_CACHE=str(root / "cache-orchestrator"),
@@ -409,7 +409,7 @@ def bucket_ledger_rows(objects: dict[str, bytes]) -> list[dict]:
 
 
 def test_nothing_lost_no_call_made_twice_and_none_made_live(cluster, killed_and_retried, cluster_build):
-    recorded = set(pq.read_table(SAMPLE_DIR / "llm_recording.parquet", columns=["call_id"])["call_id"].to_pylist())
+    recorded = set(pq.read_table(SAMPLE_RECORDING, columns=["call_id"])["call_id"].to_pylist())
     succeeded = [row["call_id"] for row in bucket_ledger_rows(cluster.objects()) if row["error"] is None]
     assert succeeded and len(succeeded) == len(set(succeeded))  # no call answered twice
     assert set(succeeded) <= recorded  # every answer came from the recording: no call was made live

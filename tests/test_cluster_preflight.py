@@ -11,7 +11,7 @@ import pytest
 
 from peerify_dagster.cli.cluster import CONNECT_TIMEOUT_S, check_cluster_services, without_password
 from peerify_dagster.cli.common import ConfigError
-from peerify_dagster.testing.cli import (SAMPLE_DIR, cli_env, fresh_home, peerify, sample_registry, start_peerify,
+from peerify_dagster.testing.cli import (SAMPLE_RECORDING, cli_env, fresh_home, peerify, sample_registry, start_peerify,
                                          stop_process)
 from peerify_dagster.testing.services import free_port
 
@@ -99,7 +99,7 @@ def test_celery_needs_redis_and_the_variables_are_checked(monkeypatch):
 
 
 def test_build_and_worker_refuse_a_closed_port_in_one_line(tmp_path, closed_port):
-    registry = sample_registry(tmp_path, llm_recording=str(SAMPLE_DIR / "llm_recording.parquet"))
+    registry = sample_registry(tmp_path, llm_recording=str(SAMPLE_RECORDING))
     url = f"redis://:{SECRET}@127.0.0.1:{closed_port}/0"
     env = cli_env(tmp_path / "lake", registry, fresh_home(tmp_path / "home"), PEERIFY_REDIS_URL=url)
     for command in (("build", "sample"), ("worker",)):

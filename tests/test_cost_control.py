@@ -30,7 +30,7 @@ from peerify_dagster.resources.llm_gateway import LLMGateway
 from peerify_dagster.resources.llm_gateway.registry import ModelRegistry
 from peerify_dagster.testing.openai_server import ScriptedOpenAIServer
 from tests.cli_support import cli_env, fresh_home, peerify, start_peerify
-from tests.support import sample_registry
+from tests.support import SAMPLE_RECORDING, sample_registry
 from tests.test_claims_assets import scripted_answer
 
 SCHEMAS = {"review_claims": REVIEW_CLAIM_SCHEMA, "claims_dropped": DROPPED_SCHEMA, "claim_types": CLAIM_TYPE_SCHEMA,
@@ -210,7 +210,7 @@ def test_sigterm_stops_the_build_after_the_run_in_progress(tmp_path):
 
 def test_the_estimate_says_a_venues_llm_recording_answers_the_calls_it_holds(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("PEERIFY_LAKE", str(tmp_path / "lake"))
-    shipped = REPO_ROOT / "peerify_dagster" / "sample_venue" / "llm_recording.parquet"
+    shipped = SAMPLE_RECORDING
     calls = pq.read_metadata(shipped).num_rows
     for recording, said in ((str(shipped), True), (None, False)):
         folder = tmp_path / str(said)

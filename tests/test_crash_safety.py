@@ -26,7 +26,7 @@ from peerify_dagster.resources.lake import Lake
 from peerify_dagster.resources.llm_recording import install_recording
 from peerify_dagster.resources.runs import PID_TAG
 from peerify_dagster.testing.cli import (
-    SAMPLE_DIR,
+    SAMPLE_RECORDING,
     CliResult,
     KilledBuild,
     cli_env,
@@ -67,8 +67,8 @@ def scenario(tmp_path_factory) -> Scenario:
     configurations = tmp / "configurations.yaml"
     configurations.write_text(CONFIGURATIONS)
     env = cli_env(lake.root, sample_registry(tmp, sample_size=1), home, PEERIFY_CONFIGURATIONS=str(configurations))
-    install_recording(lake.root, RECORDING)
-    recorded = set(pq.read_table(RECORDING, columns=["call_id"])["call_id"].to_pylist())
+    install_recording(lake.root, SAMPLE_RECORDING)
+    recorded = set(pq.read_table(SAMPLE_RECORDING, columns=["call_id"])["call_id"].to_pylist())
     killed = kill_during_llm_calls("sample", env, tmp / "killed", after_new_calls=5)
 
     # A notebook with the catalog open for writing, all through the rebuilds.
@@ -88,7 +88,6 @@ def scenario(tmp_path_factory) -> Scenario:
     return Scenario(lake, home, env, killed, rebuilds, rebuild_pids, made, recorded, runs, claimed)
 
 
-RECORDING = SAMPLE_DIR / "llm_recording.parquet"
 # `make demo`'s hybrid-top3 but showing two passages: calls the recording cannot answer.
 PREDICTIONS = "hybrid-top2|sample"
 CONFIGURATIONS = "configurations:\n  hybrid-top2: {verifier: verifiers, mode: rag, retriever: hybrid, k: 2}\n"

@@ -15,7 +15,7 @@ from peerify_dagster import paths
 from peerify_dagster.cli.home import REPOSITORY_LABEL
 from peerify_dagster.resources.lake import Lake
 from tests.cli_support import cli_env, fresh_home, peerify
-from tests.support import SAMPLE_DIR, sample_registry
+from tests.support import SAMPLE_RECORDING, sample_registry
 
 CONFIGURATIONS = ("configurations:\n"
                   "  hybrid-top3: {verifier: verifiers, mode: rag, retriever: hybrid, k: 3}\n"
@@ -29,7 +29,7 @@ def plain_shell(tmp_path_factory) -> dict:
     configurations = tmp / "configurations.yaml"
     configurations.write_text(CONFIGURATIONS)
     lake = Lake(tmp / "lake")
-    registry = sample_registry(tmp, llm_recording=str(SAMPLE_DIR / "llm_recording.parquet"))
+    registry = sample_registry(tmp, llm_recording=str(SAMPLE_RECORDING))
     env = cli_env(lake.root, registry, None, PEERIFY_CONFIGURATIONS=str(configurations))
     assert "DAGSTER_HOME" not in env
     built = peerify("build", "sample", env=env, timeout=900)

@@ -19,6 +19,7 @@ from peerify_dagster.testing.openai_server import ScriptedOpenAIServer
 from tests.fixtures_pdf import encrypted_paper, image_only_paper, zero_page_pdf
 from tests.support import (
     SAMPLE,
+    SAMPLE_RECORDING,
     materialise,
     materialise_predictions,
     materialization_metadata,
@@ -35,14 +36,13 @@ UP_TO_RETRIEVAL = dg.AssetSelection.assets("parse_errors", "parsed_manuscripts",
 CONFIGURATION = "hybrid-top3"
 CONFIGURATIONS = (f"configurations:\n  {CONFIGURATION}: {{verifier: verifiers, mode: rag, retriever: hybrid, k: 3, "
                   "claims: [PaperSourced, AnswerKey]}\n")
-SHIPPED_RECORDING = SAMPLE.parent / "llm_recording.parquet"
 
 
 def claim_stage_recording(folder: Path) -> Path:
     """The sample's shipped recording without its verifier calls: the claim stage replays (as `make demo` does),
     while the verifier below really runs the local model."""
     path = folder / "claim_stage_recording.parquet"
-    recorded = pq.read_table(SHIPPED_RECORDING)  # pyarrow keeps the ledger's exact schema, which installing checks
+    recorded = pq.read_table(SAMPLE_RECORDING)  # pyarrow keeps the ledger's exact schema, which installing checks
     pq.write_table(recorded.filter(pc.field("prompt_id") != "verify"), path)
     return path
 

@@ -23,6 +23,7 @@ from peerify_dagster.testing.openreview_server import FakeOpenReviewServer
 from tests.support import (
     SAMPLE,
     SAMPLE_DIR,
+    SAMPLE_RECORDING,
     materialise,
     materialise_predictions,
     materialization_metadata,
@@ -100,7 +101,7 @@ def test_claims_are_emitted_only_for_papers_in_the_venue(tmp_path):
     snapshot = snapshot_copy(tmp_path)
     keep_submissions(snapshot, ["Rk7bWq2NzA", "Tc9vPe5XmS"])  # 14 claims and none
     # The sample's recording answers the claim stage (its texts are the sample's): no model runs.
-    registry = sample_registry(tmp_path, snapshot, llm_recording=str(SAMPLE_DIR / "llm_recording.parquet"))
+    registry = sample_registry(tmp_path, snapshot, llm_recording=str(SAMPLE_RECORDING))
     result = materialise("sample", registry, tmp_path / "lake",
                          dg.DagsterInstance.ephemeral(), selection("retrieval_queries", "raw_openreview_notes"))
     assert result.success

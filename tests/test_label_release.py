@@ -26,7 +26,7 @@ from peerify_dagster.domain.slices import SLICES
 from peerify_dagster.resources.decisions import DecisionLedger, new_decision
 from peerify_dagster.resources.lake import Lake
 from tests.cli_support import cli_env, fresh_home, peerify
-from tests.support import ALL_ASSETS, SAMPLE_DIR, sample_registry
+from tests.support import ALL_ASSETS, SAMPLE_RECORDING, sample_registry
 
 VERSION = "1.0.0"
 EXPECTED_FILES = sorted([name for s in SLICES for name in rel.slice_files(s)]
@@ -90,7 +90,7 @@ def _decide(lake: Path, env: dict[str, str]) -> dict[str, str]:
 def released(tmp_path_factory):
     """The sample built by `peerify build`, arbitrated and audited, built again, and released as 1.0.0."""
     tmp = tmp_path_factory.mktemp("release")
-    registry = sample_registry(tmp, llm_recording=str(SAMPLE_DIR / "llm_recording.parquet"))
+    registry = sample_registry(tmp, llm_recording=str(SAMPLE_RECORDING))
     lake, home = tmp / "lake", fresh_home(tmp / "home")
     env = cli_env(lake, registry, home)
     for step in (("build", "sample"), ("audit", "sample", "--venue", "sample", "--n", "4")):
@@ -259,7 +259,7 @@ def test_a_venue_whose_blocking_gate_failed_is_not_released(released, tmp_path):
     lake, home = tmp_path / "lake", tmp_path / "home"
     shutil.copytree(released["lake"], lake, ignore=shutil.ignore_patterns("releases"))
     shutil.copytree(released["home"], home)
-    registry = sample_registry(tmp_path, llm_recording=str(SAMPLE_DIR / "llm_recording.parquet"),
+    registry = sample_registry(tmp_path, llm_recording=str(SAMPLE_RECORDING),
                                slices={"min_size": {"PaperSourced": 1000}})
     with pytest.MonkeyPatch.context() as env:
         env.setenv("DAGSTER_HOME", str(home))
@@ -510,7 +510,7 @@ def test_rebuild_reports_every_row_it_cannot_reproduce(released, copy, tmp_path)
 def test_the_gateway_replays_a_recorded_call_only_while_its_request_is_unaltered(tmp_path):
     from peerify_dagster.resources.llm_gateway import LLMGateway, ReplayMissError
 
-    recording = pq.read_table(SAMPLE_DIR / "llm_recording.parquet")
+    recording = pq.read_table(SAMPLE_RECORDING)
     (tmp_path / "llm_calls").mkdir()
     pq.write_table(recording, tmp_path / "llm_calls" / "part-recording.parquet")
     rows = recording.filter(pc.field("prompt_id") == "label_manuscript").slice(0, 5).to_pylist()

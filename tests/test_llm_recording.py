@@ -17,9 +17,8 @@ from peerify_dagster.resources.lake import Lake
 from peerify_dagster.resources.llm_gateway import CallLedger
 from peerify_dagster.resources.llm_gateway.registry import ModelRegistry
 from peerify_dagster.resources.llm_recording import RecordingError, install_recording
-from tests.support import SAMPLE_DIR, materialise, materialise_predictions, materialization_metadata, sample_registry
+from tests.support import SAMPLE_RECORDING, materialise, materialise_predictions, materialization_metadata, sample_registry
 
-RECORDING = SAMPLE_DIR / "llm_recording.parquet"
 LLM_ASSETS = ("review_claims", "claim_types", "paper_claims", "claim_labels")
 # The configurations `make demo` predicts for the sample (configurations.yaml's `venues: sample:`).
 SAMPLE_CONFIGURATIONS = [c.name for c in load_configurations(
@@ -28,10 +27,10 @@ REGENERATE = "the shipped recording lacks calls this build makes: run scripts/re
 
 
 def test_install_copies_the_recording_once_and_its_calls_answer(tmp_path):
-    segment = install_recording(tmp_path / "lake", RECORDING)
-    assert segment is not None and segment.read_bytes() == RECORDING.read_bytes()
-    assert install_recording(tmp_path / "lake", RECORDING) is None  # already there: nothing written
-    recorded = pq.read_table(RECORDING, columns=["call_id"])["call_id"].to_pylist()
+    segment = install_recording(tmp_path / "lake", SAMPLE_RECORDING)
+    assert segment is not None and segment.read_bytes() == SAMPLE_RECORDING.read_bytes()
+    assert install_recording(tmp_path / "lake", SAMPLE_RECORDING) is None  # already there: nothing written
+    recorded = pq.read_table(SAMPLE_RECORDING, columns=["call_id"])["call_id"].to_pylist()
     ledger = CallLedger(tmp_path / "lake")
     assert recorded and all(ledger.lookup(call_id) is not None for call_id in recorded)
 
@@ -51,7 +50,7 @@ def replayed(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("replay")
     with pytest.MonkeyPatch.context() as env:
         env.setenv("PEERIFY_LLM_CACHE_MODE", "replay-only")  # a call missing from the recording fails the build
-        registry, instance = sample_registry(tmp, llm_recording=str(RECORDING)), dg.DagsterInstance.ephemeral()
+        registry, instance = sample_registry(tmp, llm_recording=str(SAMPLE_RECORDING)), dg.DagsterInstance.ephemeral()
         result = materialise("sample", registry, tmp / "lake", instance)
         predicted = materialise_predictions("sample", SAMPLE_CONFIGURATIONS, registry, tmp / "lake", instance)
     return [result, *predicted], Lake(tmp / "lake")

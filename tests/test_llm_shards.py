@@ -19,11 +19,10 @@ from peerify_dagster.resources.lake import Lake
 from peerify_dagster.resources.shard_io import SHARDS_DIR
 from tests import shard_support
 from tests.shard_support import fail_then_reexecute
-from tests.support import SAMPLE_DIR, materialise, materialise_predictions, materialization_metadata, sample_registry
+from tests.support import SAMPLE_RECORDING, materialise, materialise_predictions, materialization_metadata, sample_registry
 
 VENUE = "sample"
 SHARDS = 3
-RECORDING = SAMPLE_DIR / "llm_recording.parquet"
 # Each LLM stage's asset and its mapped (per shard) step.
 LLM_STEPS = {"review_claims": "extract_shard", "claim_types": "type_shard", "paper_claims": "write_paper_claims_shard",
              "claim_labels": "label_shard"}
@@ -42,7 +41,7 @@ def sharded_copy(one_shard_lake: Path, folder: Path, shards: int) -> tuple[Path,
     sample `shards`."""
     lake_root = folder / "lake"
     shutil.copytree(one_shard_lake, lake_root)
-    return sample_registry(folder, llm_recording=str(RECORDING), shards=shards), lake_root
+    return sample_registry(folder, llm_recording=str(SAMPLE_RECORDING), shards=shards), lake_root
 
 
 def file_digest(lake_root: Path, table: str) -> str:

@@ -27,7 +27,7 @@ from peerify_dagster.resources.decisions import DecisionLedger, new_decision
 from peerify_dagster.resources.lake import Lake
 from peerify_dagster.resources.llm_gateway import LEDGER_SCHEMA
 from tests.cli_support import cli_env, peerify
-from tests.support import SAMPLE_DIR, sample_registry
+from tests.support import SAMPLE_RECORDING, sample_registry
 
 SAMPLE_TERMS = {k: v for k, v in load_registry(REPO_ROOT / "venues.yaml")["sample"].terms.items() if v is not None}
 
@@ -53,7 +53,7 @@ def releases(sample_lake, tmp_path_factory):
     lake, home = tmp / "lake", tmp / "home"
     shutil.copytree(sample_lake, lake)
     shutil.copytree(sample_lake.parent / "home", home)
-    registry = sample_registry(tmp, llm_recording=str(SAMPLE_DIR / "llm_recording.parquet"), **SAMPLE_TERMS)
+    registry = sample_registry(tmp, llm_recording=str(SAMPLE_RECORDING), **SAMPLE_TERMS)
     env = cli_env(lake, registry, home)
     queue = Lake(lake).read_table("arbitration_queue", "sample")
     queued = set(queue["item_id"])

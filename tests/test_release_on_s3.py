@@ -19,7 +19,7 @@ from peerify_dagster.domain.venues import load_registry
 from peerify_dagster.resources.lake import CATALOG_FILE, Lake
 from peerify_dagster.resources.report_files import viewable_report
 from tests.cli_support import cli_env, fresh_home, peerify
-from tests.support import SAMPLE_DIR, sample_registry
+from tests.support import SAMPLE_RECORDING, sample_registry
 from tests.test_release_import import write_release
 
 BUCKET = "releases-on-s3"
@@ -51,7 +51,7 @@ def s3_sample(sample_lake, s3_service, tmp_path_factory) -> dict:
     lake, fs = f"{s3_service.make_bucket(BUCKET)}/lake", s3_service.filesystem()
     upload_folder(fs, sample_lake, lake)
     home = Path(shutil.copytree(sample_lake.parent / "home", tmp / "home"))
-    registry = sample_registry(tmp, llm_recording=str(SAMPLE_DIR / "llm_recording.parquet"))
+    registry = sample_registry(tmp, llm_recording=str(SAMPLE_RECORDING))
     variables = {**s3_service.env(), "PEERIFY_LAKE": lake, "PEERIFY_LAKE_CACHE": str(tmp / "cache")}
     env = cli_env(Path(lake), registry, home, **variables)
     released = peerify("release", "--venue", "sample", "--version", VERSION, env=env, timeout=600)

@@ -18,7 +18,7 @@ import pytest
 import requests
 import uvicorn
 
-from peerify_dagster.testing.cli import SAMPLE_DIR, cli_env, fresh_home, peerify, sample_registry
+from peerify_dagster.testing.cli import SAMPLE_RECORDING, cli_env, fresh_home, peerify, sample_registry
 from peerify_dagster.web.app import create_app
 
 CHROMIUM = "chromium"
@@ -31,7 +31,7 @@ def build_sample_lake(folder: Path) -> Path:
     """`peerify build sample` into `folder/lake` (its own Dagster home and registry in `folder`), answered entirely by
     the sample's LLM recording; the lake's root."""
     folder.mkdir(parents=True, exist_ok=True)
-    registry = sample_registry(folder, llm_recording=str(SAMPLE_DIR / "llm_recording.parquet"))
+    registry = sample_registry(folder, llm_recording=str(SAMPLE_RECORDING))
     env = cli_env(folder / "lake", registry, fresh_home(folder / "home"))
     built = peerify("build", "sample", env=env, timeout=900)
     assert built.returncode == 0, built.stderr[-3000:]

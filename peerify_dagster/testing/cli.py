@@ -27,6 +27,8 @@ from peerify_dagster.resources.processes import process_alive, process_start_tim
 
 SAMPLE_DIR = REPO_ROOT / "peerify_dagster" / "sample_venue"
 SAMPLE = SAMPLE_DIR / "snapshot"
+# The sample's LLM answers, recorded: a build of the sample that installs it makes no call live.
+SAMPLE_RECORDING = SAMPLE_DIR / "llm_recording.parquet"
 # Variables of the caller that would change what the command does: settings, keys, model caches, the Dagster home.
 _CALLER_PREFIXES = ("PEERIFY_", "HF_", "DAGSTER_", "OPENAI_", "ANTHROPIC_", "VLLM_", "OPENREVIEW_")
 
