@@ -8,8 +8,6 @@ The entries below were written for these tests in each style's conventions; none
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,20 +16,12 @@ from peerify_dagster.domain.citations.bibliography import entries_from_blocks, p
 from peerify_dagster.domain.citations.entries import PARSED, PARTIAL, UNPARSED
 from peerify_dagster.domain.layout.blocks import Block
 from peerify_dagster.domain.layout.regions import LineRegion, Region, text_offset
+from tests.benchmark_scripts import load_benchmark
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "eval_bibliography.py"
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 N18_PDF = SHARED / "real-data" / "pdfs" / "N18-3011.pdf"
 N18_S2ORC = SHARED / "real-data" / "pdfs" / "N18-3011.json"
 UNARXIVE = SHARED / "citations" / "unarxive-sample"
-
-
-def load_script():
-    spec = importlib.util.spec_from_file_location("eval_bibliography", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 # --- One entry per style ------------------------------------------------------------------------------------------
@@ -339,7 +329,7 @@ def test_entries_are_placed_on_the_lines_they_came_from() -> None:
 
 @pytest.fixture(scope="module")
 def script():
-    return load_script()
+    return load_benchmark("eval_bibliography")
 
 
 @pytest.mark.skipif(not (N18_PDF.is_file() and N18_S2ORC.is_file()), reason="../shared/real-data/pdfs is absent")

@@ -5,10 +5,8 @@ numbers, and benchmarks/eval_citances.py (its CiteWorth figures on the shared go
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
-import sys
 from pathlib import Path
 
 import pytest
@@ -27,17 +25,9 @@ from peerify_dagster.domain.citations.detection import (
 from peerify_dagster.domain.citations.entries import PARSED, ParsedEntry
 from peerify_dagster.domain.citations.scoring import DetectionCounts, join_sentences, score_spans, score_texts
 from peerify_dagster.domain.citations.sentences import split_sentences
+from tests.benchmark_scripts import load_benchmark
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "eval_citances.py"
 CITEWORTH_GOLD = Path(__file__).resolve().parents[2] / "shared" / "citations" / "citeworth-dev" / "gold_citances.jsonl"
-
-
-def load_script():
-    spec = importlib.util.spec_from_file_location("eval_citances", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def sentences_of(text: str) -> list[str]:
@@ -360,7 +350,7 @@ def test_eval_script_ends_with_the_figures_line(tmp_path, capsys):
         [("It is known (Smith et al., 2020) .", True), ("In 2020 we saw it .", False),
          ("The interval [0, 1] is used .", False), ("A claim without its marker .", True)],
     ])
-    assert load_script().main(["--citeworth", str(gold)]) == 0
+    assert load_benchmark("eval_citances").main(["--citeworth", str(gold)]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     # 2 detections, both right; 3 citing sentences, 2 found: P 1.000, R 0.667, F1 0.800.
     assert lines[-1] == "precision=1.000 recall=0.667 f1=0.800 sentences=6"
@@ -373,7 +363,7 @@ def test_eval_script_names_the_line_of_a_malformed_gold_file(tmp_path):
     gold.write_text(json.dumps({"paragraph_index": 0, "sent_idx": 0, "text": "A [1].", "is_citance": True}) + "\n"
                     + json.dumps({"paragraph_index": 0, "text": "B."}) + "\n")
     with pytest.raises(SystemExit, match=r"gold.jsonl:2: not a CiteWorth gold row, missing is_citance, sent_idx"):
-        load_script().main(["--citeworth", str(gold)])
+        load_benchmark("eval_citances").main(["--citeworth", str(gold)])
 
 
 def test_s2orc_gold_marks_the_sentences_holding_cite_spans(tmp_path):
@@ -383,14 +373,14 @@ def test_s2orc_gold_marks_the_sentences_holding_cite_spans(tmp_path):
         {"start": text.index("CoNLL"), "end": text.index("CoNLL") + 10, "ref_id": None}]}
     path = tmp_path / "paper.json"
     path.write_text(json.dumps({"pdf_parse": {"body_text": [paragraph]}}))
-    script = load_script()
+    script = load_benchmark("eval_citances")
     assert [citing for _, citing in script.s2orc_gold(path, linked_only=True)] == [True, False, False]
     assert [citing for _, citing in script.s2orc_gold(path, linked_only=False)] == [True, True, False]
 
 
 @pytest.mark.skipif(not CITEWORTH_GOLD.is_file(), reason=f"shared gold not found at {CITEWORTH_GOLD}")
 def test_detection_on_the_citeworth_gold_reaches_refverifiers_level():
-    script = load_script()
+    script = load_benchmark("eval_citances")
     total = DetectionCounts()
     for rows in script.read_citeworth(CITEWORTH_GOLD).values():
         total += script.citeworth_paragraph(rows)[0].counts

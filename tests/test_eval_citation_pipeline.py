@@ -5,24 +5,13 @@ file named by another entry's arXiv id must be refused as the wrong paper. Witho
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import shutil
-import sys
-from pathlib import Path
 
+from tests.benchmark_scripts import load_benchmark
 from tests.real_data import REAL_DATA, needs
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "eval_citation_pipeline.py"
 PDFS = REAL_DATA / "pdfs"
-
-
-def load_script():
-    spec = importlib.util.spec_from_file_location("eval_citation_pipeline", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 @needs(PDFS)
@@ -31,8 +20,9 @@ def test_the_s2orc_paper_resolves_its_cited_file_and_refuses_a_misnamed_one(tmp_
     library.mkdir()
     shutil.copyfile(PDFS / "N18-3011.pdf", library / "N18-3011.pdf")
 
-    code = load_script().main(["--pdfs", str(PDFS), "--manuscripts", "2020.acl-main.447.pdf", "--library",
-                               str(library), "--no-verdicts", "--work", str(tmp_path / "work")])
+    code = load_benchmark("eval_citation_pipeline").main([
+        "--pdfs", str(PDFS), "--manuscripts", "2020.acl-main.447.pdf", "--library", str(library), "--no-verdicts",
+        "--work", str(tmp_path / "work")])
 
     out = capsys.readouterr().out
     assert code == 0

@@ -3,29 +3,19 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
 
 from peerify_dagster.domain.labels import LABELS, NOT_DETERMINED, NOT_SUPPORTED, SUPPORTED
 from peerify_dagster.domain.release import load_release
+from tests.benchmark_scripts import load_benchmark
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "eval_labellers.py"
 SHARED_RELEASE = Path(__file__).resolve().parents[2] / "shared" / "peerify-release"
 
 
-def load_script():
-    spec = importlib.util.spec_from_file_location("eval_labellers", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_scores_count_unparsed_answers_as_wrong_and_leave_them_out_of_kappa():
-    script = load_script()
+    script = load_benchmark("eval_labellers")
     gold = [SUPPORTED, SUPPORTED, NOT_SUPPORTED, NOT_DETERMINED]
     score = script.score_labeller(gold, [SUPPORTED, None, NOT_SUPPORTED, SUPPORTED])
     assert score["accuracy"] == pytest.approx(0.5) and score["parse_failures"] == 1
@@ -42,7 +32,7 @@ def test_scores_count_unparsed_answers_as_wrong_and_leave_them_out_of_kappa():
 def test_release_tasks_feed_each_prompt_its_evidence_and_gold():
     if not SHARED_RELEASE.is_dir():
         pytest.skip(f"shared Peerify release not present at {SHARED_RELEASE}")
-    script = load_script()
+    script = load_benchmark("eval_labellers")
     release = load_release(SHARED_RELEASE)
     tasks = {task.name: task for task in script.release_tasks(release, limit=12, seed=3)}
     assert set(tasks) == {"B6 thread", "B4 thread", "B4 manuscript"}

@@ -3,7 +3,9 @@
 Synthetic pages built from positioned lines pin each new rule: a subheading set at body size in a face of its
 own (a font whose name tells no weight), directly above its paragraph; a back-matter "References" heading set
 smaller than the body in that face; an italic subheading of an unnumbered paper; an article-type label at title
-size kept out of the title. With `../shared/real-data/pdfs-journals` present, the same failures are checked on
+size kept out of the title; a caption whose label carries no mark ("Fig. 2 M-waves ...") told by its small type,
+and the paragraph it interrupts joined across it; a table's rows kept from the caption above it and a heading
+beside a table kept a heading; a journal's notices (licence, dates, correspondence) kept as front matter. With `../shared/real-data/pdfs-journals` present, the same failures are checked on
 the real journal papers they were found on.
 """
 
@@ -13,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from peerify_dagster.domain.chunking import ChunkingConfig, chunk_document
+from peerify_dagster.domain.layout.blocks import LayoutElement, assemble_blocks
 from peerify_dagster.domain.layout.elements import recover_blocks
 from peerify_dagster.domain.layout.lines import TextLine, clean_line_text
 from peerify_dagster.resources.document_parser import DocumentParser
@@ -117,6 +121,103 @@ def test_a_hanging_author_year_entry_ending_without_a_full_stop_does_not_swallow
     assert len(references) == 2 and references[1].startswith("Menconi"), references
 
 
+def _row_of_cells(page: _Page, cells: list[str], size: float = 8.0, bold: bool = False) -> None:
+    page.y += 3.0
+    for column, cell in enumerate(cells):
+        x = 50.0 + 120.0 * column
+        page.lines.append(TextLine(1, x, page.y, x + 5.0 * len(cell), page.y + size, size, bold, cell, font=BODY_FACE))
+    page.y += size
+
+
+def test_a_caption_without_a_mark_in_small_type_interrupts_the_paragraph_it_sits_in() -> None:
+    page = _Page()
+    page.line("Methods", face=HEADING_FACE, gap=18.0)
+    page.line(f"In order to evaluate the method {' '.join(PROSE[:12])}")
+    page.line(" ".join(PROSE[4:18]))  # no full stop: the sentence runs on past the float
+    page.line("Fig. 2 M-waves during the scanning procedure for one representative subject", size=7.0, gap=14.0)
+    page.line("across the eight subjects and the stimulation patterns tested", size=7.0)
+    page.line(f"when the optimal patterns were applied {' '.join(PROSE[:10])}.", gap=14.0)
+    page.line("Figure 1 shows that the subjects kept the forearm relaxed during every block of the session.",
+              gap=14.0)
+    blocks = _blocks(page.lines)
+    captions = [b.text for b in blocks if b.kind == "caption"]
+    assert captions == ["Fig. 2 M-waves during the scanning procedure for one representative subject across the eight "
+                        "subjects and the stimulation patterns tested"]
+    paragraph = next(b.text for b in blocks if b.text.startswith("In order to evaluate"))
+    assert "when the optimal patterns were applied" in paragraph, "the paragraph broke at the float"
+    # At body size and without a face of its own, "Figure 1 shows ..." is prose.
+    assert any(b.kind == "paragraph" and b.text.startswith("Figure 1 shows") for b in blocks)
+
+
+def test_a_caption_set_above_a_table_leaves_the_tables_rows_to_the_table() -> None:
+    page = _Page()
+    page.line("Methods", face=HEADING_FACE, gap=18.0)
+    page.paragraph("Eight subjects took part:", rows=4)
+    page.line("Table 1 Characteristics of the subjects", size=8.0, gap=12.0)
+    _row_of_cells(page, ["Subject", "Age", "Sex"], bold=True)
+    _row_of_cells(page, ["S1", "24", "F"])
+    _row_of_cells(page, ["S2", "31", "M"])
+    page.line("3 Results", face=HEADING_FACE, gap=14.0)
+    page.paragraph("All subjects completed the protocol:", rows=4)
+    blocks = _blocks(page.lines)
+    assert [b.text for b in blocks if b.kind == "caption"] == ["Table 1 Characteristics of the subjects"]
+    assert [b.text for b in blocks if b.kind == "table"] == ["Subject | Age | Sex\nS1 | 24 | F\nS2 | 31 | M"]
+    # Neither the bold column header nor the heading below the table is folded into another block.
+    assert [b.text for b in blocks if b.kind == "heading"] == ["Methods", "3 Results"]
+    assert next(b for b in blocks if b.text.startswith("All subjects")).section_path == ["3 Results"]
+
+
+def test_a_numbered_heading_beside_a_table_in_the_other_column_stays_a_heading() -> None:
+    lines: list[TextLine] = []
+
+    def line(x: float, y: float, text: str, size: float = 10.0, face: str = BODY_FACE, bold: bool = False) -> None:
+        lines.append(TextLine(1, x, y, x + 235.0, y + size, size, bold, text, font=face))
+
+    for row in range(20):  # both columns: prose down to y 320
+        words = PROSE[row % 10:row % 10 + 9]
+        line(50.0, 60.0 + 13 * row, " ".join(words) + ("." if row == 19 else ""))
+        line(310.0, 60.0 + 13 * row, " ".join(words[::-1]) + ("." if row == 19 else ""))
+    line(50.0, 330.0, "Table 2 Outcomes per group", size=8.0)
+    for row, cells in enumerate([["Group", "Mean", "SD"], ["Control", "4.1", "0.9"], ["Active", "5.3", "1.1"]]):
+        for column, cell in enumerate(cells):
+            x = 50.0 + 80.0 * column
+            lines.append(TextLine(1, x, 350.0 + 11 * row, x + 5.0 * len(cell), 358.0 + 11 * row, 8.0, row == 0, cell,
+                                  font=BODY_FACE))
+    line(310.0, 345.0, "3. Results", face=HEADING_FACE, bold=True)  # level with the table's rows
+    for row in range(5):
+        line(310.0, 365.0 + 13 * row, ("All groups improved " if row == 0 else "") + " ".join(PROSE[row:row + 9])
+             + ("." if row == 4 else ""))
+    blocks = _blocks(lines)
+    assert [b.text for b in blocks if b.kind == "heading"] == ["3. Results"]
+    tables = [b.text for b in blocks if b.kind == "table"]
+    assert tables == ["Group | Mean | SD\nControl | 4.1 | 0.9\nActive | 5.3 | 1.1"]
+    assert next(b for b in blocks if b.text.startswith("All groups improved")).section_path == ["3. Results"]
+
+
+def test_licence_dates_and_correspondence_are_front_matter_and_never_chunked() -> None:
+    prose = " ".join(PROSE)
+    elements = [LayoutElement(kind, text, 1) for kind, text in [
+        ("title", "Patient experiences of structured heart failure programmes"),
+        ("authors", "Anna Rossi, Bruno Bianchi"),
+        ("abstract", "Copyright © 2010 Anna Rossi et al. This is an open access article distributed under the "
+                     "Creative Commons Attribution License, which permits unrestricted use."),
+        ("abstract", f"Objectives. {prose}."),
+        ("heading", "Introduction"),
+        ("paragraph", f"Copyright law does not reach the data of this study: {prose}."),
+        ("paragraph", "* Correspondence: anna.rossi@example.org"),
+        ("paragraph", f"Received signals were filtered: {prose}."),
+        ("paragraph", "Received: 11 November 2015 Accepted: 24 February 2016"),
+    ]]
+    blocks = assemble_blocks(elements)
+    assert [b.text[:12] for b in blocks if b.kind == "front_matter"] == ["Copyright © ", "* Correspond",
+                                                                          "Received: 11"]
+    assert [b.kind for b in blocks if b.text.startswith(("Objectives", "Copyright law", "Received signals"))] == [
+        "abstract", "paragraph", "paragraph"]
+    chunks = chunk_document("p1", blocks, ChunkingConfig())
+    assert chunks and not any("open access article" in c.text or "Correspondence" in c.text or "Accepted:" in c.text
+                              for c in chunks)
+
+
 @pytest.mark.parametrize(("layer", "text"), [
     ("signifi cantly higher", "significantly higher"), ("anti-infl ammatory drugs", "anti-inflammatory drugs"),
     ("the fl ow rate", "the flow rate"), ("Rafi , S., Jacob, M.", "Rafi, S., Jacob, M."),
@@ -178,3 +279,37 @@ def test_springer_ligatures_and_author_year_entries(parsed) -> None:
     references = _texts(document, "reference")
     lichtenberger = next(entry for entry in references if entry.startswith("Lichtenberger"))
     assert "Menconi" not in lichtenberger and any(entry.startswith("Menconi") for entry in references)
+
+
+@needs_journals
+def test_bmc_paragraph_runs_on_past_a_figure_caption_at_the_page_break(parsed) -> None:
+    # BMC sets a caption's "Fig. 2" without a mark, in small type; the paragraph it interrupts goes on overleaf.
+    document = parsed["0046d83a"]
+    caption = next(b for b in document.blocks if b.text.startswith("Fig. 2 M-waves"))
+    assert caption.kind == "caption"
+    paragraph = next(b.text for b in document.blocks if b.text.startswith("In order to evaluate the effectiveness"))
+    assert "statistically significant for values of p < 0.05." in paragraph
+
+
+@needs_journals
+def test_springer_figure_captions_are_captions(parsed) -> None:
+    # Springer's bold "Fig. 1" label, no mark after it; Fig. 3's caption sits right under its plot's axis labels.
+    captions = _texts(parsed["academic"], "caption")
+    assert [caption[:6] for caption in captions] == ["Fig. 1", "Fig. 2", "Fig. 3"]
+    assert captions[0].startswith("Fig. 1 Urinary excretion")
+    assert not any("Fig. " in text for text in _texts(parsed["academic"], "figure") + _texts(parsed["academic"],
+                                                                                              "paragraph"))
+
+
+@needs_journals
+@pytest.mark.parametrize(("paper", "notices"), [
+    ("0046d83a", ["* Correspondence:", "© 2016 De Marchis", "Received: 11 November 2015"]),
+    ("academic", ["* Corresponding author"]),
+    ("cermine", ["Copyright © 2010"]),
+])
+def test_journal_notices_are_front_matter_not_abstract_or_body(parsed, paper: str, notices: list[str]) -> None:
+    document = parsed[paper]
+    front = _texts(document, "front_matter")
+    assert [text[:len(notice)] for text, notice in zip(front, notices)] == notices and len(front) == len(notices)
+    assert not any(text.startswith(("Copyright ©", "©", "* Correspond")) for text in
+                   _texts(document, "abstract") + _texts(document, "paragraph"))

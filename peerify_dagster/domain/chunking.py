@@ -51,7 +51,7 @@ CHUNK_SCHEMA = {
 CHUNK_KINDS = ("paragraph", "caption", "table", "figure", "appendix", "reference", "abstract", "checklist")
 STRATEGIES = ("pack", "paragraph")
 # Blocks that are structure or front matter, never retrieval units.
-_NOT_CHUNKED = {"heading", "title", "authors"}
+_NOT_CHUNKED = {"heading", "title", "authors", "front_matter"}
 # Kinds that never share a chunk with a different kind: a caption or table in prose would be a wrong sentence.
 _STANDALONE = {"caption", "table"}
 

@@ -21,10 +21,21 @@ from peerify_dagster.domain.layout.lines import SENTENCE_END, Vocabulary, join_l
 from peerify_dagster.domain.layout.regions import LineRegion, Region, text_offset
 
 # Bumped whenever a rule of this package changes the blocks produced, so dependent assets go stale.
-LAYOUT_VERSION = "5"
+LAYOUT_VERSION = "6"
 
+# "front_matter": a journal's notices (licence, dates, correspondence, DOI), wherever the page sets them (a first
+# page's foot, the last page), never retrieval units.
 BLOCK_KINDS = (
-    "title", "authors", "abstract", "heading", "paragraph", "caption", "table", "figure", "reference", "checklist",
+    "title", "authors", "front_matter", "abstract", "heading", "paragraph", "caption", "table", "figure", "reference",
+    "checklist",
+)
+
+# How a notice block opens; a body paragraph does not open so ("Copyright law ...", "Received signals ...").
+_FRONT_MATTER_NOTICE = re.compile(
+    r"^(?:Copyright\s*(?:©|\(c\)|\d{4})|©|\(c\)\s*\d{4}|This is an open[- ]access article"
+    r"|\*?\s*Correspond(?:ence|ing author)\b|Academic Editor\s*:|DOI\s*:?\s*10\.\d|https?://(?:dx\.)?doi\.org/"
+    r"|(?:Received|Accepted|Revised|Published(?: online)?)\s*:?\s*(?:\d|Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec))",
+    re.IGNORECASE,
 )
 
 
@@ -61,7 +72,7 @@ class LayoutElement:
     """A typed element before section assignment; `level_hint` is a heading level a parser knew; `regions` and
     `line_regions` as in `Block`."""
 
-    kind: str  # one of BLOCK_KINDS except "reference" / "checklist", which come from the section
+    kind: str  # one of BLOCK_KINDS except "reference" / "checklist" (from the section) and "front_matter" (assembly)
     text: str
     page: int
     level_hint: int | None = None
@@ -127,6 +138,8 @@ def assemble_blocks(elements: Iterable[LayoutElement]) -> list[Block]:
         kind = element.kind
         if kind == "heading":
             state.enter(text, element.level_hint)
+        elif kind in ("paragraph", "abstract") and _FRONT_MATTER_NOTICE.match(text):
+            kind = "front_matter"
         elif kind == "paragraph":
             if is_caption(text):
                 kind = "caption"

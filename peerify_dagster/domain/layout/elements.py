@@ -25,7 +25,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from peerify_dagster.domain.layout.blocks import Block, LayoutElement, assemble_blocks
-from peerify_dagster.domain.layout.floats import CAPTION, caption_kind, in_image, is_caption, is_table_row, table_end
+from peerify_dagster.domain.layout.floats import (
+    CAPTION,
+    UNMARKED_CAPTION,
+    caption_kind,
+    in_image,
+    is_caption,
+    is_table_row,
+    table_end,
+)
 from peerify_dagster.domain.layout.furniture import FOOTNOTE_MARKER, dominant_font_size, percentile, split_furniture
 from peerify_dagster.domain.layout.headings import (
     SECTION_NUMBER,
@@ -302,7 +310,7 @@ class _ElementBuilder:
 
     def _is_float_row(self, row: Row, first: Row) -> bool:
         """Rows of a figure or table: not a caption, not a heading, not prose, on the float's page and column."""
-        if (row.page, row.column) != (first.page, first.column) or is_caption(row.text):
+        if (row.page, row.column) != (first.page, first.column) or self._is_caption_row(row):
             return False
         column = self._column(row)
         prose = (
@@ -480,7 +488,9 @@ class _ElementBuilder:
 
     def _continues_caption(self, caption: _OpenBlock, row: Row) -> bool:
         previous = caption.last_row
-        if (row.page, row.column) != (previous.page, previous.column) or is_caption(row.text):
+        # A row of separate cells is the table a caption set above it names, not more of the caption.
+        if (row.page, row.column) != (previous.page, previous.column) or self._is_caption_row(row) \
+                or len(row.cells) > 1:
             return False
         if abs(row.font_size - previous.font_size) > 0.15 * previous.font_size:
             return False
@@ -490,11 +500,18 @@ class _ElementBuilder:
         ends_sentence = bool(SENTENCE_END.search(caption.text))
         return not (ends_sentence and self._line_ended_early(caption, row, self._column(previous).right))
 
+    def _unmarked_caption(self, row: Row) -> bool:
+        return bool(UNMARKED_CAPTION.match(row.text)) and (
+            row.lead_emphasis > 0 or row.font_size < 0.95 * self.body_size)
+
+    def _is_caption_row(self, row: Row) -> bool:
+        return is_caption(row.text) or self._unmarked_caption(row)
+
     def _starts_caption(self, index: int) -> bool:
         row = self.rows[index]
         match = CAPTION.match(row.text)
         if not match:
-            return False
+            return self._unmarked_caption(row)
         if match["mark"] != ".":
             return True
         # "Table 2. Results ..." opens a caption when its label is set apart (bold, italic, smaller type) or it
