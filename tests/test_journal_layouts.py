@@ -207,12 +207,15 @@ def test_licence_dates_and_correspondence_are_front_matter_and_never_chunked() -
         ("paragraph", "* Correspondence: anna.rossi@example.org"),
         ("paragraph", f"Received signals were filtered: {prose}."),
         ("paragraph", "Received: 11 November 2015 Accepted: 24 February 2016"),
+        ("heading", "References"),
+        ("paragraph", "doi:10.5555/windows.2020"),  # an entry's line of its own stays in the reference list
     ]]
     blocks = assemble_blocks(elements)
     assert [b.text[:12] for b in blocks if b.kind == "front_matter"] == ["Copyright © ", "* Correspond",
                                                                           "Received: 11"]
     assert [b.kind for b in blocks if b.text.startswith(("Objectives", "Copyright law", "Received signals"))] == [
         "abstract", "paragraph", "paragraph"]
+    assert blocks[-1].kind == "reference"
     chunks = chunk_document("p1", blocks, ChunkingConfig())
     assert chunks and not any("open access article" in c.text or "Correspondence" in c.text or "Accepted:" in c.text
                               for c in chunks)

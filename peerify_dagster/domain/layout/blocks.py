@@ -34,7 +34,8 @@ BLOCK_KINDS = (
 _FRONT_MATTER_NOTICE = re.compile(
     r"^(?:Copyright\s*(?:©|\(c\)|\d{4})|©|\(c\)\s*\d{4}|This is an open[- ]access article"
     r"|\*?\s*Correspond(?:ence|ing author)\b|Academic Editor\s*:|DOI\s*:?\s*10\.\d|https?://(?:dx\.)?doi\.org/"
-    r"|(?:Received|Accepted|Revised|Published(?: online)?)\s*:?\s*(?:\d|Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec))",
+    r"|(?:Received|Accepted|Revised|Published(?: online)?)\s*:?\s*"
+    r"(?:\d|Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec))",
     re.IGNORECASE,
 )
 
@@ -138,8 +139,8 @@ def assemble_blocks(elements: Iterable[LayoutElement]) -> list[Block]:
         kind = element.kind
         if kind == "heading":
             state.enter(text, element.level_hint)
-        elif kind in ("paragraph", "abstract") and _FRONT_MATTER_NOTICE.match(text):
-            kind = "front_matter"
+        elif kind in ("paragraph", "abstract") and state.role != "references" and _FRONT_MATTER_NOTICE.match(text):
+            kind = "front_matter"  # in a reference list, "doi:10..." is an entry's own line
         elif kind == "paragraph":
             if is_caption(text):
                 kind = "caption"
