@@ -291,6 +291,15 @@ def _precision_recall(counts: tuple[int, int, int, int]) -> tuple[float, float]:
     return counts[0] / counts[1] if counts[1] else 0.0, counts[2] / counts[3] if counts[3] else 0.0
 
 
+def _summed(counts: list[tuple[int, int, int, int]]) -> tuple[int, int, int, int]:
+    return tuple(sum(c[i] for c in counts) for i in range(4))
+
+
+def _as_given(counts: tuple[int, int, int, int] | None) -> str:
+    """The heading scores against the uncorrected ground truth, where an erratum corrected it."""
+    return " (as given {:.2f} / {:.2f})".format(*_precision_recall(counts)) if counts else ""
+
+
 def evaluate(parser: DocumentParser, pdf: Path, config: ChunkingConfig) -> dict:
     started = time.perf_counter()
     document = parser.parse(pdf)
@@ -396,11 +405,9 @@ def _ratio(held: int, total: int) -> str:
 def _layout_summary(layout: str, rows: list[dict]) -> tuple[str, list[str]]:
     """One table row of micro-averaged structure scores for a layout, and the targets it misses."""
     counts = [row["heading_counts"] for row in rows if "heading_counts" in row]
-    precision, recall = _precision_recall(tuple(sum(c[i] for c in counts) for i in range(4)))
+    precision, recall = _precision_recall(_summed(counts))
     given = [row.get("as_given_counts", row["heading_counts"]) for row in rows if "heading_counts" in row]
-    as_given = (" (as given {:.2f} / {:.2f})".format(*_precision_recall(tuple(sum(c[i] for c in given)
-                                                                              for i in range(4))))
-                if any("as_given_counts" in row for row in rows) else "")
+    as_given = _as_given(_summed(given) if any("as_given_counts" in row for row in rows) else None)
     held = sum(row["paragraphs"][0] for row in rows if "paragraphs" in row)
     total = sum(row["paragraphs"][1] for row in rows if "paragraphs" in row)
     references = [row["references"] for row in rows if "references" in row]
@@ -454,9 +461,8 @@ def main(argv: list[str] | None = None) -> int:
         scores = "| - | - | - | - | -"
         if "precision" in row:
             found, single, entries = row.get("references", (0, 0, 0))
-            as_given = (" (as given {:.2f} / {:.2f})".format(*_precision_recall(row["as_given_counts"]))
-                        if "as_given_counts" in row else "")
-            scores = (f"| {row['truth']} | {row['precision']:.2f} / {row['recall']:.2f}{as_given} "
+            scores = (f"| {row['truth']} | {row['precision']:.2f} / {row['recall']:.2f}"
+                      f"{_as_given(row.get('as_given_counts'))} "
                       f"| {_ratio(*row['paragraphs'])} "
                       f"| {f'{found} / {single} of {entries}' if entries else '-'} "
                       f"| {({True: 'yes', False: 'no'}).get(row.get('title_exact'), '-')}")

@@ -13,13 +13,14 @@ from collections.abc import Mapping, Sequence
 from peerify_dagster.domain.layout.lines import NUMERIC_TOKEN, Box
 from peerify_dagster.domain.layout.reading_order import Row
 
+_FLOAT_LABEL = r"(?:Figure|Fig\.|Table|Tab\.)"
 CAPTION = re.compile(
-    r"^(?:Figure|Fig\.|Table|Tab\.|Algorithm|Listing)\s*(?:\d+|[A-Z]\.?\d+)(?:\s*\([a-z]\))?\s*(?P<mark>[:.|])"
+    rf"^(?:{_FLOAT_LABEL}|Algorithm|Listing)\s*(?:\d+|[A-Z]\.?\d+)(?:\s*\([a-z]\))?\s*(?P<mark>[:.|])"
 )
 
 # Journal styles set the label apart by its face or the caption's smaller type, with no mark after the number:
 # "Fig. 2 M-waves during ...". Only a label set apart opens such a caption ("Figure 1 shows ..." is prose).
-UNMARKED_CAPTION = re.compile(r"^(?:Figure|Fig\.|Table|Tab\.)\s*\d+\s+(?=[A-Z(])")
+UNMARKED_CAPTION = re.compile(rf"^{_FLOAT_LABEL}\s*\d+\s+(?=[A-Z(])")
 
 
 def is_caption(text: str) -> bool:
