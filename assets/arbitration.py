@@ -38,7 +38,7 @@ ORPHANED_CHECK = "every_decision_has_its_claim"
     can_subset=False,  # the key is the queue's: they are always built together
     outs={
         "arbitration_queue": dg.AssetOut(
-            kinds={"python", "parquet"}, code_version="arbitration-queue-v2",
+            kinds={"python", "parquet"},
             description="Every (claim, source) where labellers a and b disagree or either failed to parse, with the "
                         "claim, the source material the labellers saw and the two answers as candidate_1 / "
                         "candidate_2 in a seeded per-record order (an answer that did not parse with the model's raw "
@@ -46,7 +46,7 @@ ORPHANED_CHECK = "every_decision_has_its_claim"
                         "labeller is which is only in arbitration_key.",
         ),
         KEY_TABLE: dg.AssetOut(
-            kinds={"python", "parquet"}, code_version="arbitration-key-v1", dagster_type=dg.Nothing,
+            kinds={"python", "parquet"}, dagster_type=dg.Nothing,
             description="Which labeller (a or b) is candidate_1 and candidate_2 of each queue item. Written straight "
                         "to the lake, not through the IO manager, so no preview of it appears in the UI; no catalog "
                         "view exposes it.",
@@ -84,8 +84,7 @@ def arbitration_queue(context: dg.AssetExecutionContext, claim_labels: pl.DataFr
     })
 
 
-@dg.asset(partitions_def=venue_partitions, group_name="arbitration", kinds={"python", "parquet"},
-          code_version="canonical-labels-v1", deps=[KEY_TABLE])
+@dg.asset(partitions_def=venue_partitions, group_name="arbitration", kinds={"python", "parquet"}, deps=[KEY_TABLE])
 def canonical_labels(context: dg.AssetExecutionContext, claim_labels: pl.DataFrame,
                      arbitration_queue: pl.DataFrame, lake: LakeResource) -> pl.DataFrame:
     """Per (claim, source) of claim_labels: the labellers' agreed label (`agreed`), else the latest live human
@@ -124,7 +123,6 @@ def canonical_labels(context: dg.AssetExecutionContext, claim_labels: pl.DataFra
 
 
 @dg.asset(partitions_def=venue_partitions, group_name="arbitration", kinds={"python", "parquet"},
-          code_version="orphaned-decisions-v1",
           check_specs=[dg.AssetCheckSpec(ORPHANED_CHECK, asset=ORPHANED_TABLE,
                                          description="every applicable human decision (arbitration, audit, consensus) "
                                                      "is on a claim that is among the venue's review claims")])

@@ -19,8 +19,7 @@ HUMAN_AUDIT_SCHEMA = {
 }
 
 
-@dg.asset(partitions_def=venue_partitions, group_name="audit", kinds={"python", "parquet"},
-          code_version="human-audit-v1")
+@dg.asset(partitions_def=venue_partitions, group_name="audit", kinds={"python", "parquet"})
 def human_audit(context: dg.AssetExecutionContext, canonical_labels: pl.DataFrame, lake: LakeResource) -> pl.DataFrame:
     """Per audit-sample item: both annotators' labels, the consensus (agreement, else the consensus decision, else
     pending), and the automated canonical label against it. Metadata: inter-annotator kappa and agreement, exact,

@@ -25,7 +25,7 @@ from peerify_dagster.domain.citations.options import MODE_MERGED, MODE_WINDOWS, 
 from peerify_dagster.domain.citations.resolution import RESOLVED
 from peerify_dagster.domain.layout.blocks import Block
 from peerify_dagster.domain.layout.regions import regions_of_span
-from peerify_dagster.domain.prompts import load_prompt, prompts_code_version
+from peerify_dagster.domain.prompts import load_prompt
 from peerify_dagster.domain.retrieval import RETRIEVER_CONFIGS
 from peerify_dagster.partitions import venue_partitions
 from peerify_dagster.resources.cited_papers import CitedPaperResolver, CitedPaperStore, LibraryIndex, index_library
@@ -59,8 +59,6 @@ from peerify_dagster.resources.shard_io import (
 )
 
 GROUP = "citations"
-CITATIONS_CODE_VERSION = "citations-v1"
-RESOLUTION_CODE_VERSION = "cited-papers-v1"
 NO_REFERENCES = "no_references"
 
 FIELD_SOURCE_TYPE = pl.Struct({"field": pl.String, "method": pl.String})
@@ -120,7 +118,6 @@ def _bibliography_rows(venue: str, paper_id: str, blocks: list[Block]) -> list[d
 
 @dg.asset(
     partitions_def=venue_partitions, group_name=GROUP, kinds={"python", "parquet"},
-    code_version=CITATIONS_CODE_VERSION,
     check_specs=[dg.AssetCheckSpec(
         "every_entry_parsed", asset="bibliography",
         description="Every reference entry gives at least a title, authors or a year: an unparsed entry cannot be "
@@ -191,7 +188,6 @@ def _citance_rows(venue: str, paper_id: str, blocks: list[Block], entries: list[
 
 @dg.asset(
     partitions_def=venue_partitions, group_name=GROUP, kinds={"python", "parquet"},
-    code_version=CITATIONS_CODE_VERSION,
     check_specs=[dg.AssetCheckSpec(
         "markers_resolve", asset="citances",
         description="Every citation marker names an entry of the manuscript's bibliography: an unresolved one cannot "
@@ -227,7 +223,6 @@ REFERENCE_CHECK_SCHEMA = {
 
 @dg.asset(
     partitions_def=venue_partitions, group_name=GROUP, kinds={"python", "parquet"},
-    code_version="reference-checks-v1",
     check_specs=[dg.AssetCheckSpec(
         "no_suspicious_references", asset="reference_checks",
         description="No entry contradicts the scholarly record of its DOI or title (another title or authors, a year "
@@ -387,12 +382,12 @@ def assemble_cited_papers(resolutions: list[pl.DataFrame], parsed: list[pl.DataF
     partitions_def=venue_partitions, group_name=GROUP,
     outs={
         "cited_papers": dg.AssetOut(
-            kinds={"python", "parquet"}, code_version=RESOLUTION_CODE_VERSION,
+            kinds={"python", "parquet"},
             description="Each bibliography entry resolved to a full text (the venue's library folder, the venue's "
                         "own manuscripts, arXiv, the open-access locations its metadata names) that passed the "
                         "right-paper check, or the reason it was not, with every source tried."),
         "cited_manuscripts": dg.AssetOut(
-            kinds={"python", "parquet"}, code_version=RESOLUTION_CODE_VERSION,
+            kinds={"python", "parquet"},
             description="The cited papers' PDFs (content-addressed under <lake>/cited_pdfs/) parsed by the "
                         "manuscript parser: the same blocks and positions as the venue's manuscripts."),
     },
@@ -485,8 +480,7 @@ def assemble_citance_enrichment(context: dg.OpExecutionContext, tags: list[pl.Da
     return frame.select(list(ENRICHMENT_SCHEMA))
 
 
-@dg.graph_asset(partitions_def=venue_partitions, group_name=GROUP, kinds={"python", "parquet"},
-                code_version=f"citance-enrichment-v1-{prompts_code_version([verdicts.TAG_CITANCE_PROMPT])}")
+@dg.graph_asset(partitions_def=venue_partitions, group_name=GROUP, kinds={"python", "parquet"})
 def citance_enrichment(citances: pl.DataFrame) -> pl.DataFrame:
     """The `citance_tagger` role's reading of each citance (claim type, hedge level, the part of the sentence the
     citation supports), when the venue turns `citations.enrichment` on; otherwise every row is `off` and no model is
@@ -555,8 +549,7 @@ def citance_readings(citances: pl.DataFrame, citance_enrichment: pl.DataFrame) -
             for cid, rule, hedged in zip(citances["citance_id"], citances["claim_type"], citances["hedged"])}
 
 
-@dg.asset(partitions_def=venue_partitions, group_name=GROUP, kinds={"python", "parquet", "pytorch"},
-          code_version="citation-evidence-v1", op_tags=queue_tags("embedding"))
+@dg.asset(partitions_def=venue_partitions, group_name=GROUP, kinds={"python", "parquet", "pytorch"}, op_tags=queue_tags("embedding"))
 def citation_evidence(context: dg.AssetExecutionContext, citances: pl.DataFrame, citance_enrichment: pl.DataFrame,
                       cited_papers: pl.DataFrame, cited_manuscripts: pl.DataFrame, parsed_manuscripts: pl.DataFrame,
                       lake: LakeResource, venue_registry: VenueRegistryResource,
@@ -750,8 +743,7 @@ def assemble_citation_verdicts(context: dg.OpExecutionContext, judged: list[pl.D
     return frame
 
 
-@dg.graph_asset(partitions_def=venue_partitions, group_name=GROUP, kinds={"python", "parquet"},
-                code_version=f"citation-verdicts-v1-{prompts_code_version([verdicts.VERIFY_CITATION_PROMPT])}")
+@dg.graph_asset(partitions_def=venue_partitions, group_name=GROUP, kinds={"python", "parquet"})
 def citation_verdicts(citances: pl.DataFrame, citance_enrichment: pl.DataFrame, citation_evidence: pl.DataFrame,
                       cited_papers: pl.DataFrame, cited_manuscripts: pl.DataFrame,
                       parsed_manuscripts: pl.DataFrame) -> pl.DataFrame:
@@ -766,8 +758,7 @@ def citation_verdicts(citances: pl.DataFrame, citance_enrichment: pl.DataFrame, 
     return assemble_citation_verdicts(judged.collect(), usage.collect())
 
 
-@dg.asset(partitions_def=venue_partitions, group_name=GROUP, kinds={"python", "parquet"},
-          code_version="citation-metrics-v1")
+@dg.asset(partitions_def=venue_partitions, group_name=GROUP, kinds={"python", "parquet"})
 def citation_metrics(context: dg.AssetExecutionContext, citances: pl.DataFrame, bibliography: pl.DataFrame,
                      reference_checks: pl.DataFrame, cited_papers: pl.DataFrame, citation_evidence: pl.DataFrame,
                      citation_verdicts: pl.DataFrame, venue_registry: VenueRegistryResource) -> pl.DataFrame:

@@ -26,7 +26,7 @@ from peerify_dagster.domain.paper_claims import (
     rephrasing_problem,
     written_claim_problem,
 )
-from peerify_dagster.domain.prompts import prompts_code_version, template_hash
+from peerify_dagster.domain.prompts import template_hash
 from peerify_dagster.domain.quality import with_found
 from peerify_dagster.partitions import venue_partitions
 from peerify_dagster.resources.dagster_resources import (
@@ -50,9 +50,6 @@ EXTRACT_PROMPT = "extract_claims"
 TAG_PROMPT = "tag_fact"
 PAPER_CLAIM_PROMPT = "extract_paper_claim"
 REPHRASE_PROMPT = "rephrase_claim"
-REVIEW_CLAIMS_CODE_VERSION = f"review-claims-v1-{prompts_code_version([EXTRACT_PROMPT])}"
-CLAIM_TYPES_CODE_VERSION = f"claim-types-v1-{prompts_code_version([TAG_PROMPT])}"
-PAPER_CLAIMS_CODE_VERSION = f"paper-claims-v1-{prompts_code_version([PAPER_CLAIM_PROMPT, REPHRASE_PROMPT])}"
 
 _TEXT = pl.String
 REVIEW_CLAIM_SCHEMA = {
@@ -248,13 +245,13 @@ def assemble_review_claims(context: dg.OpExecutionContext, reviews: pl.DataFrame
     group_name="claims",
     outs={
         "review_claims": dg.AssetOut(
-            kinds={"python", "parquet"}, code_version=REVIEW_CLAIMS_CODE_VERSION,
+            kinds={"python", "parquet"},
             description="Atomic claims from each review section and reviewer follow-up (`source`), with a stable id "
                         "(review id + normalised text), the span in the source text or why there is none, the "
                         "duplicates it absorbed, the extractor model, prompt hash and ledger call id.",
         ),
         "claims_dropped": dg.AssetOut(
-            kinds={"python", "parquet"}, code_version=REVIEW_CLAIMS_CODE_VERSION,
+            kinds={"python", "parquet"},
             description="Every claim the cleaning rules dropped (`level` claim, with its rule), every section whose "
                         "extractor answer was unusable (`level` section) and every review or follow-up (`source`) "
                         "that yielded no claim (`level` source, with the reason).",
@@ -316,8 +313,7 @@ def assemble_claim_types(context: dg.OpExecutionContext, types: list[pl.DataFram
     return frame
 
 
-@dg.graph_asset(partitions_def=venue_partitions, group_name="claims", kinds={"python", "parquet"},
-                code_version=CLAIM_TYPES_CODE_VERSION)
+@dg.graph_asset(partitions_def=venue_partitions, group_name="claims", kinds={"python", "parquet"})
 def claim_types(review_claims: pl.DataFrame) -> pl.DataFrame:
     """The `fact_tagger` role tags each review claim `factual` (checkable against the manuscript) or `subjective`
     (judgements, recommendations, forward-looking statements), with its rationale and the ledger call id. An
@@ -486,13 +482,13 @@ def _paper_claims_config(values: dict) -> dict:
     config=dg.ConfigMapping(config_fn=_paper_claims_config, config_schema=PaperClaimsConfig.to_config_schema()),
     outs={
         "paper_claims": dg.AssetOut(
-            kinds={"python", "parquet"}, code_version=PAPER_CLAIMS_CODE_VERSION,
+            kinds={"python", "parquet"},
             description="PaperSourced claims (label Supported by construction): the claim written from a drawn body "
                         "paragraph (`original_claim`), its rephrasing (`claim_text`, the query), the paragraph, its "
                         "section path, the gold chunk id(s) holding it, the seed and the ledger call ids.",
         ),
         "paper_claims_dropped": dg.AssetOut(
-            kinds={"python", "parquet"}, code_version=PAPER_CLAIMS_CODE_VERSION,
+            kinds={"python", "parquet"},
             description="Papers and drawn paragraphs that yielded no PaperSourced claim, with the reason: no chunks, "
                         "no body paragraph, gold chunk not found, unusable or identical model answers, duplicates.",
         ),

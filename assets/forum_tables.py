@@ -16,7 +16,6 @@ from peerify_dagster.partitions import venue_partitions
 from peerify_dagster.resources.dagster_resources import LakeResource
 from peerify_dagster.resources.expectations import MAX_FAILING_IDS, Expect, gate
 
-FORUM_TABLES_CODE_VERSION = "forum-tables-v2"
 RAW_COLUMNS = ["forum_id", "note_id", "note_json", "fetched_at"]
 RAW_ROWS_PER_READ = 2048  # rows of the raw table read at a time; forums are then regrouped whole
 
@@ -210,7 +209,7 @@ class ForumTablesConfig(dg.Config):
     partitions_def=venue_partitions,
     group_name="forum_tables",
     outs={
-        table: dg.AssetOut(kinds={"python", "parquet"}, code_version=FORUM_TABLES_CODE_VERSION, description=_DESCRIPTIONS[table])
+        table: dg.AssetOut(kinds={"python", "parquet"}, description=_DESCRIPTIONS[table])
         for table in TABLE_SCHEMAS
     },
     check_specs=CHECK_SPECS,

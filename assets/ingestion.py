@@ -9,7 +9,7 @@ from peerify_dagster.domain.notes import MalformedNote, classify, read_note, sup
 from peerify_dagster.domain.sampling import SamplingConfig, draw_sample
 from peerify_dagster.partitions import venue_partitions
 from peerify_dagster.resources.dagster_resources import LakeResource, OpenReviewResource, VenueRegistryResource
-from peerify_dagster.resources.crawl import INGESTION_CODE_VERSION, CrawlConfig, crawler_for
+from peerify_dagster.resources.crawl import CrawlConfig, crawler_for
 from peerify_dagster.resources.openreview import FetchOutcome, MalformedSnapshotFile, OpenReviewCrawler, SnapshotReader
 
 NO_SUBMISSIONS = "venue has no submissions"
@@ -24,7 +24,6 @@ PAPER_SAMPLE_SCHEMA = {
     partitions_def=venue_partitions,
     group_name="ingestion",
     kinds={"python", "parquet"},
-    code_version=INGESTION_CODE_VERSION,
     check_specs=[dg.AssetCheckSpec("has_submissions", asset="paper_sample",
                                    description="The venue lists at least one submission: none means a "
                                    "wrong venue id or an empty crawl.")],
@@ -136,13 +135,13 @@ def crawl_log_frame(venue: str, outcomes: list[FetchOutcome]) -> pl.DataFrame:
     group_name="ingestion",
     outs={
         "raw_openreview_notes": dg.AssetOut(
-            kinds={"python", "parquet"}, code_version=INGESTION_CODE_VERSION,
+            kinds={"python", "parquet"},
             description="Every note of every chosen forum exactly as received (JSON), older versions of a note "
                         "included (`superseded`: a later version of the same id, by tmdate, replaces it), with the "
                         "API version it was read as, forum, invitations, signatures, replyto, timestamps, fetch time.",
         ),
         "forum_crawl_log": dg.AssetOut(
-            kinds={"python", "parquet"}, code_version=INGESTION_CODE_VERSION,
+            kinds={"python", "parquet"},
             description="One row per chosen forum: fetched now, already stored (resumed crawl), or failed with a "
                         "reason; one venue-level row (item `submissions`) when the venue has no submissions.",
         ),

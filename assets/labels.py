@@ -11,7 +11,7 @@ from peerify_dagster.cluster import queue_tags
 from peerify_dagster.domain import labelling as lab
 from peerify_dagster.domain.labels import LABELS, NOT_DETERMINED
 from peerify_dagster.domain.llm_calls import estimate_tokens
-from peerify_dagster.domain.prompts import prompts_code_version, template_hash
+from peerify_dagster.domain.prompts import template_hash
 from peerify_dagster.domain.retrieval import STATUS_OK, build_retrievers, paper_index_loader, retrieve_claims
 from peerify_dagster.partitions import venue_partitions
 from peerify_dagster.resources.dagster_resources import (
@@ -31,9 +31,6 @@ from peerify_dagster.resources.shard_io import (
     split_by_paper,
 )
 
-CLAIM_LABELS_CODE_VERSION = f"claim-labels-v1-{prompts_code_version([lab.THREAD_PROMPT, lab.MANUSCRIPT_PROMPT])}"
-AGREEMENT_CODE_VERSION = "labeller-agreement-v2"
-CLAIM_THREADS_CODE_VERSION = "claim-threads-v1"
 DEFAULT_ANSWER_TOKENS = 1024  # the answer budget assumed for a model whose decoding sets no max_tokens
 
 _TEXT = pl.String
@@ -208,7 +205,6 @@ def assemble_claim_labels(context: dg.OpExecutionContext, review_claims: pl.Data
 
 
 @dg.graph_asset(partitions_def=venue_partitions, group_name="labels", kinds={"python", "parquet"},
-                code_version=CLAIM_LABELS_CODE_VERSION,
                 check_specs=[dg.AssetCheckSpec("four_rows_per_claim", asset="claim_labels", blocking=True,
                                                description="Every review claim was labelled once by each labeller "
                                                            "against each source, and every label is one of the four "
@@ -230,8 +226,7 @@ def claim_labels(review_claims: pl.DataFrame, author_responses: pl.DataFrame, re
     return {"result": frame, "claim_labels_four_rows_per_claim": check}
 
 
-@dg.asset(partitions_def=venue_partitions, group_name="labels", kinds={"python", "parquet"},
-          code_version=CLAIM_THREADS_CODE_VERSION)
+@dg.asset(partitions_def=venue_partitions, group_name="labels", kinds={"python", "parquet"})
 def claim_threads(context: dg.AssetExecutionContext, review_claims: pl.DataFrame, author_responses: pl.DataFrame,
                   reviewer_followups: pl.DataFrame, venue_registry: VenueRegistryResource) -> pl.DataFrame:
     """One row per review claim: the thread text its verifier sees in the `thread` prediction mode, assembled as the
@@ -281,8 +276,7 @@ def _labels_metadata(frame: pl.DataFrame, config: lab.LabellingConfig) -> dict:
 _SOURCE_ORDER = {"all": 0, lab.SOURCE_THREAD: 1, lab.SOURCE_MANUSCRIPT: 2}
 
 
-@dg.asset(partitions_def=venue_partitions, group_name="labels", kinds={"python", "parquet"},
-          code_version=AGREEMENT_CODE_VERSION)
+@dg.asset(partitions_def=venue_partitions, group_name="labels", kinds={"python", "parquet"})
 def labeller_agreement(context: dg.AssetExecutionContext, claim_labels: pl.DataFrame,
                        claim_types: pl.DataFrame) -> pl.DataFrame:
     """How far labeller A and labeller B agree, per source (`thread`, `manuscript`, `all` pooled) and claim type

@@ -6,7 +6,7 @@ import polars as pl
 from peerify_dagster.cluster import queue_tags
 from peerify_dagster.domain.pdfs import PdfProblem, inspect_pdf
 from peerify_dagster.partitions import venue_partitions
-from peerify_dagster.resources.crawl import INGESTION_CODE_VERSION, CrawlConfig, crawler_for
+from peerify_dagster.resources.crawl import CrawlConfig, crawler_for
 from peerify_dagster.resources.dagster_resources import LakeResource, OpenReviewResource, VenueRegistryResource
 
 PDF_SCHEMA = {
@@ -20,7 +20,6 @@ PDF_SCHEMA = {
     partitions_def=venue_partitions,
     group_name="ingestion",
     kinds={"python", "parquet", "pdf"},
-    code_version=INGESTION_CODE_VERSION,
     deps=["raw_openreview_notes"],  # the reviewed PDF version is chosen from the landed forum's edits
     op_tags=queue_tags("pdf"),
 )
@@ -84,7 +83,6 @@ ERROR_SCHEMA = {
     partitions_def=venue_partitions,
     group_name="forum_tables",  # it reads note_errors: in `ingestion` the collapsed lineage view would show a loop
     kinds={"python", "parquet"},
-    code_version=INGESTION_CODE_VERSION,
 )
 def ingest_errors(forum_crawl_log: pl.DataFrame, note_errors: pl.DataFrame, manuscript_pdfs: pl.DataFrame) -> pl.DataFrame:
     """Every problem met while ingesting the venue, naming the forum/note and the reason: failed forum fetches,

@@ -18,7 +18,7 @@ from peerify_dagster.domain.chunking import (
     estimate_tokens,
 )
 from peerify_dagster.domain.chunking import chunk_stats as compute_chunk_stats
-from peerify_dagster.domain.layout.blocks import LAYOUT_VERSION, Block
+from peerify_dagster.domain.layout.blocks import Block
 from peerify_dagster.partitions import venue_partitions
 from peerify_dagster.resources.dagster_resources import DocumentParserResource, LakeResource, VenueRegistryResource
 from peerify_dagster.resources.document_parser import ManuscriptParseError
@@ -34,8 +34,6 @@ from peerify_dagster.resources.shard_io import (
     split_by_paper,
 )
 
-PARSING_CODE_VERSION = f"parsing-v1-layout-{LAYOUT_VERSION}"
-CHUNKING_CODE_VERSION = "chunking-v3"
 
 
 @dg.op(out=dg.DynamicOut(pl.DataFrame, io_manager_key=SHARD_IO_MANAGER))
@@ -94,12 +92,12 @@ def assemble_parsed(parsed: list[pl.DataFrame], errors: list[pl.DataFrame]):
     group_name="manuscripts",
     outs={
         "parsed_manuscripts": dg.AssetOut(
-            kinds={"python", "parquet"}, code_version=PARSING_CODE_VERSION,
+            kinds={"python", "parquet"},
             description="Per paper: the manuscript's logical blocks in reading order (headings, paragraphs, captions, "
                         "tables, references) and which parser, version and options produced them.",
         ),
         "parse_errors": dg.AssetOut(
-            kinds={"python", "parquet"}, code_version=PARSING_CODE_VERSION,
+            kinds={"python", "parquet"},
             description="Manuscripts that could not be parsed (encrypted, image-only, truncated, zero pages, ...).",
         ),
     },
@@ -178,7 +176,6 @@ def assemble_chunks(context: dg.OpExecutionContext, shards: list[pl.DataFrame],
     partitions_def=venue_partitions,
     group_name="manuscripts",
     kinds={"python", "parquet"},
-    code_version=CHUNKING_CODE_VERSION,
     check_specs=[
         dg.AssetCheckSpec("no_empty_chunks", asset="chunks", blocking=True,
                           description="No retrieval passage is empty: an empty one can be retrieved and shown to a "
@@ -202,8 +199,7 @@ def chunks(parsed_manuscripts: pl.DataFrame):
             "chunks_every_paper_has_chunks": every_paper}
 
 
-@dg.asset(partitions_def=venue_partitions, group_name="manuscripts", kinds={"python", "parquet"},
-          code_version=CHUNKING_CODE_VERSION)
+@dg.asset(partitions_def=venue_partitions, group_name="manuscripts", kinds={"python", "parquet"})
 def chunk_stats(context: dg.AssetExecutionContext, chunks: pl.DataFrame, parsed_manuscripts: pl.DataFrame,
                 venue_registry: VenueRegistryResource) -> pl.DataFrame:
     """Chunk size distribution per venue (the paper's chunker: median / mean / p90 = 133 / 132 / 188 words)."""

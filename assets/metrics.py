@@ -9,7 +9,6 @@ from peerify_dagster.domain import metrics as scores
 from peerify_dagster.partitions import VENUE_PREDICTIONS, venue_partitions
 from peerify_dagster.resources.dagster_resources import LakeResource
 
-METRICS_CODE_VERSION = "metrics-v2"
 
 
 def venue_predictions(context: dg.AssetExecutionContext, lake: LakeResource) -> pl.DataFrame:
@@ -17,8 +16,7 @@ def venue_predictions(context: dg.AssetExecutionContext, lake: LakeResource) -> 
     return lake.read_built("predictions", lake.lake().prediction_keys(context.partition_key))
 
 
-@dg.asset(partitions_def=venue_partitions, group_name="metrics", kinds={"python", "parquet"},
-          code_version=METRICS_CODE_VERSION, deps=[VENUE_PREDICTIONS])
+@dg.asset(partitions_def=venue_partitions, group_name="metrics", kinds={"python", "parquet"}, deps=[VENUE_PREDICTIONS])
 def metrics(context: dg.AssetExecutionContext, benchmark_slices: pl.DataFrame, lake: LakeResource) -> pl.DataFrame:
     """One row per (configuration, verifier, slice) for every configuration built for the venue and every slice of
     which it predicted at least one claim: accuracy and macro-F1 over the four labels with every claim of the slice
@@ -42,8 +40,7 @@ def metrics(context: dg.AssetExecutionContext, benchmark_slices: pl.DataFrame, l
     return frame
 
 
-@dg.asset(partitions_def=venue_partitions, group_name="metrics", kinds={"python", "parquet"},
-          code_version=METRICS_CODE_VERSION, deps=[VENUE_PREDICTIONS])
+@dg.asset(partitions_def=venue_partitions, group_name="metrics", kinds={"python", "parquet"}, deps=[VENUE_PREDICTIONS])
 def token_costs(context: dg.AssetExecutionContext, lake: LakeResource) -> pl.DataFrame:
     """One row per (verifier, configuration) built for the venue: the claims the verifier was called for, their
     input/output tokens and tokens per claim; against the same verifier's full-context configuration (the one that

@@ -14,7 +14,7 @@ from peerify_dagster.domain import metrics as scores
 from peerify_dagster.domain import predictions as pred
 from peerify_dagster.domain.labelling import raw_label
 from peerify_dagster.domain.predictions import venue_and_configuration
-from peerify_dagster.domain.prompts import load_prompt, prompts_code_version
+from peerify_dagster.domain.prompts import load_prompt
 from peerify_dagster.partitions import EVERY_PARTITION, prediction_partitions
 from peerify_dagster.resources.dagster_resources import (
     LakeResource,
@@ -34,7 +34,6 @@ from peerify_dagster.resources.shard_io import (
 )
 
 VERIFY_PROMPT = pred.VERIFY_PROMPT
-PREDICTIONS_CODE_VERSION = f"predictions-v1-{prompts_code_version([VERIFY_PROMPT, pred.THREAD_PROMPT])}"
 
 PREDICTION_SCHEMA = {
     "venue": pl.String, "configuration": pl.String, "verifier": pl.String, "mode": pl.String,
@@ -157,7 +156,6 @@ def assemble_predictions(context: dg.OpExecutionContext, rows: list[pl.DataFrame
 
 
 @dg.graph_asset(partitions_def=prediction_partitions, group_name="predictions", kinds={"python", "parquet"},
-                code_version=PREDICTIONS_CODE_VERSION,
                 # Venue-partitioned inputs of a `<configuration>|<venue>` partition: read from the lake for its venue
                 # (Dagster cannot map a pair key to its venue, see partitions.py). claim_threads is read by mode
                 # thread only, so the other modes run without it (a venue predicted before claim_threads existed).

@@ -27,6 +27,7 @@ from peerify_dagster.resources.dagster_resources import (
     ReleaseLineageResource,
     VenueRegistryResource,
 )
+from peerify_dagster.lockfile import environment_record
 from peerify_dagster.resources.decisions import Decision, DecisionLedger
 from peerify_dagster.resources.lake import RELEASES_DIR
 from peerify_dagster.resources.llm_gateway import LEDGER_SCHEMA, CallLedger, ModelRegistry
@@ -124,7 +125,7 @@ def _prompts(calls: pa.Table) -> dict[str, dict]:
             for prompt_id, hashes in sorted(seen.items())}
 
 
-@dg.asset(group_name="release", kinds={"python", "parquet"}, code_version="label-release-v1", deps=[SLICES_KEY])
+@dg.asset(group_name="release", kinds={"python", "parquet"}, deps=[SLICES_KEY])
 def label_release(context: dg.AssetExecutionContext, config: ReleaseConfig, lake: LakeResource,
                   venue_registry: VenueRegistryResource, release_lineage: ReleaseLineageResource) -> dg.MaterializeResult:
     """A versioned label release of the given venues' benchmark slices in `<lake>/releases/<version>/`: per slice a
@@ -199,6 +200,8 @@ def label_release(context: dg.AssetExecutionContext, config: ReleaseConfig, lake
         "licence": {v.key: v.terms["licence"] for v in registered.values()},
         # the benchmark_slices file of each venue, as its blocking gates judged it
         "slices_sha256": {venue: rel.sha256_hex(data) for venue, data in shipped.items()},
+        # the Python, every lock file's sha256 and the lock this environment was installed from
+        "environment": environment_record(),
     }
     files = rel.release_files(manifest, files, counts)  # + datasheet, dataset card, Croissant and the sealed manifest
     sealed = files[rel.MANIFEST]

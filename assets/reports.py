@@ -33,7 +33,6 @@ def _read(lake: Lake, table: str, partition: str, context: dg.AssetExecutionCont
 
 
 @dg.asset(partitions_def=venue_partitions, group_name="reports", kinds={"python", "parquet", "matplotlib"},
-          code_version="reports-v3",
           deps=[*REPORT_TABLES, VENUE_PREDICTIONS])
 def venue_report(context: dg.AssetExecutionContext, lake: LakeResource) -> pl.DataFrame:
     """The venue's report from whichever of its tables are built (a venue imported from a release has no labels,

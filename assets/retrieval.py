@@ -29,8 +29,6 @@ from peerify_dagster.resources.dagster_resources import (
     VenueRegistryResource,
 )
 
-RETRIEVAL_CODE_VERSION = "retrieval-v2"
-RETRIEVAL_METRICS_CODE_VERSION = "retrieval-metrics-v3"  # hit@k, strict and section relevance
 
 RUN_SCHEMA = {
     "venue": pl.String, "claim_id": pl.String, "paper_id": pl.String, "retriever": pl.String, "rank": pl.Int64,
@@ -45,8 +43,7 @@ METRIC_SCHEMA = {
 }
 
 
-@dg.asset(partitions_def=venue_partitions, group_name="retrieval", kinds={"python", "parquet"},
-          code_version=RETRIEVAL_CODE_VERSION)
+@dg.asset(partitions_def=venue_partitions, group_name="retrieval", kinds={"python", "parquet"})
 def retrieval_queries(context: dg.AssetExecutionContext, paper_sample: pl.DataFrame, paper_claims: pl.DataFrame,
                       review_claims: pl.DataFrame, claim_types: pl.DataFrame,
                       venue_registry: VenueRegistryResource) -> pl.DataFrame:
@@ -85,8 +82,7 @@ def retrieval_queries(context: dg.AssetExecutionContext, paper_sample: pl.DataFr
     return pl.DataFrame([{"venue": venue.key, **r} for r in rows], schema=QUERY_SCHEMA)
 
 
-@dg.asset(partitions_def=venue_partitions, group_name="retrieval", kinds={"python", "parquet"},
-          code_version=RETRIEVAL_CODE_VERSION)
+@dg.asset(partitions_def=venue_partitions, group_name="retrieval", kinds={"python", "parquet"})
 def retrieval_runs(context: dg.AssetExecutionContext, retrieval_queries: pl.DataFrame, chunks: pl.DataFrame,
                    chunk_embeddings: pl.DataFrame, lake: LakeResource, embedding_model: EmbeddingResource,
                    retrieval: RetrievalResource) -> pl.DataFrame:
@@ -108,8 +104,7 @@ def retrieval_runs(context: dg.AssetExecutionContext, retrieval_queries: pl.Data
     return frame
 
 
-@dg.asset(partitions_def=venue_partitions, group_name="retrieval", kinds={"python", "parquet"},
-          code_version=RETRIEVAL_METRICS_CODE_VERSION)
+@dg.asset(partitions_def=venue_partitions, group_name="retrieval", kinds={"python", "parquet"})
 def retrieval_metrics(context: dg.AssetExecutionContext, retrieval_runs: pl.DataFrame,
                       retrieval_queries: pl.DataFrame, chunks: pl.DataFrame) -> pl.DataFrame:
     """Recall@1/5/10 (a claim is found at k when any of its relevant chunks is in the top k), nDCG@10 and MRR@10 per

@@ -17,7 +17,6 @@ from peerify_dagster.resources.slice_gates import GATES, SLICES_SHA256, gate_exp
     partitions_def=venue_partitions,
     group_name="slices",
     kinds={"python", "parquet"},
-    code_version="benchmark-slices-v1",
     check_specs=[dg.AssetCheckSpec(name, asset="benchmark_slices", blocking=blocking, description=description)
                  for name, blocking, description in GATES],
 )

@@ -28,8 +28,7 @@ def referenced_call_ids(tables: Mapping[str, pl.DataFrame]) -> pl.DataFrame:
     return pl.concat(ids).drop_nulls().unique()
 
 
-@dg.asset(partitions_def=venue_partitions, group_name="verification", kinds={"python", "parquet", "duckdb"},
-          code_version="llm-usage-v4")
+@dg.asset(partitions_def=venue_partitions, group_name="verification", kinds={"python", "parquet", "duckdb"})
 def llm_usage(context: dg.AssetExecutionContext, review_claims: pl.DataFrame, claims_dropped: pl.DataFrame,
               claim_types: pl.DataFrame, paper_claims: pl.DataFrame, paper_claims_dropped: pl.DataFrame,
               claim_labels: pl.DataFrame, citance_enrichment: pl.DataFrame, citation_verdicts: pl.DataFrame,

@@ -14,16 +14,18 @@ import sys
 
 import dagster as dg
 from celery.exceptions import WorkerLostError
-from dagster._core.events import DagsterEvent
-from dagster._core.execution.plan.objects import StepFailureData
-from dagster._core.execution.retries import RetryMode
-from dagster._grpc.types import ExecuteStepArgs
-from dagster._serdes import pack_value, serialize_value
-from dagster._utils.error import serializable_error_info_from_exc_info
 from dagster_celery.config import TASK_EXECUTE_PLAN_NAME
 from dagster_celery.core_execution_loop import core_celery_execution_loop
 from dagster_celery.executor import CELERY_CONFIG, CeleryExecutor
 from dagster_celery.tasks import create_task
+
+from peerify_dagster.dagster_private import (
+    ExecuteStepArgs,
+    RetryMode,
+    StepFailureData,
+    pack_value,
+    serializable_error_info_from_exc_info,
+)
 
 LOST_WORKER_ERROR = WorkerLostError.__name__  # the class name a lost worker's step failure records
 
@@ -46,12 +48,12 @@ class StepResult:
             return self._result.get()
         except WorkerLostError:
             context = self._plan_context.for_step(self._step)
-            failure = DagsterEvent.step_failure_event(
+            failure = dg.DagsterEvent.step_failure_event(
                 context, StepFailureData(error=serializable_error_info_from_exc_info(sys.exc_info()),
                                          user_failure_data=None),
                 message=f'The Celery worker process running step "{self._step.key}" died: the step failed.')
             context.instance.event_log_storage.free_concurrency_slot_for_step(context.run_id, self._step.key)
-            return [serialize_value(failure)]
+            return [dg.serialize_value(failure)]
 
 
 def step_task(app):  # noqa: ANN001, ANN201 - Celery's app and task

@@ -25,7 +25,6 @@ QUEUES = {
 }
 DEFAULT_QUEUE = "default"
 QUEUE_TAG = "dagster-celery/queue"  # dagster_celery.tags.DAGSTER_CELERY_QUEUE_TAG, without importing it
-DEFINITIONS_MODULE = "peerify_dagster.definitions"
 CELERY_CONFIG = REPO_ROOT / "cluster" / "celery.yaml"
 CLUSTER_INSTANCE = REPO_ROOT / "cluster" / "dagster.yaml"
 K8S_RUN_CONFIG = REPO_ROOT / "cluster" / "k8s_job_executor.yaml"
@@ -68,12 +67,19 @@ def executor_def() -> dg.ExecutorDefinition | None:
 
 
 def reconstructable_job(job_name: str):
-    """A pointer to one job of the code location that a worker process can load by itself (module and name), as
-    `dg.execute_job` needs to ship its steps to Celery workers."""
-    from dagster._core.definitions.reconstruct import ReconstructableRepository
+    """A pointer to one job of the code location that a worker process can load by itself (this module's
+    `job_named` and the job's name), as `dg.execute_job` needs to ship its steps to Celery workers."""
+    import dagster as dg
 
-    repository = ReconstructableRepository.for_module(DEFINITIONS_MODULE, "defs", working_directory=str(REPO_ROOT))
-    return repository.get_reconstructable_job(job_name)
+    return dg.build_reconstructable_job(__name__, job_named.__name__, reconstructable_args=(job_name,),
+                                        reconstructor_working_directory=str(REPO_ROOT))
+
+
+def job_named(job_name: str) -> dg.JobDefinition:
+    """The code location's job of that name, resolved (what a worker rebuilds from `reconstructable_job`)."""
+    from peerify_dagster.definitions import defs
+
+    return defs.resolve_job_def(job_name)
 
 
 def worker_app():

@@ -1,7 +1,6 @@
 """The code location: one Definitions object assembling every asset, check, resource, job, schedule and sensor."""
 
 import dagster as dg
-from dagster._core.definitions.assets.graph.asset_graph import AssetGraph
 
 from assets import (
     arbitration,
@@ -26,6 +25,7 @@ from assets import (
 from peerify_dagster.cluster import executor_def
 from peerify_dagster.freshness import upstream_of
 from peerify_dagster.jobs import JOBS
+from peerify_dagster.lineage import with_derived_code_versions
 from peerify_dagster.resources.dagster_resources import (
     DocumentParserResource,
     EmbeddingResource,
@@ -44,13 +44,12 @@ from peerify_dagster.resources.dagster_resources import (
 from peerify_dagster.resources.shard_io import SHARD_IO_MANAGER, ShardLakeIOManager
 from peerify_dagster.sensors import SCHEDULES, SENSORS
 
-all_assets = [*dg.load_assets_from_modules(
+all_assets = with_derived_code_versions([*dg.load_assets_from_modules(
     [ingestion, forum_tables, manuscript_pdfs, manuscripts, embeddings, claims, labels, arbitration, audit, slices,
      retrieval, verification, predictions, metrics, reports, release, citations]
-), release_import.release_rows]
+), release_import.release_rows])
 RELEASE_LINEAGE = [UpstreamAsset(asset=name, partitioning=BY_VENUE if by_venue else UNPARTITIONED)
-                   for name, by_venue in upstream_of(AssetGraph.from_assets([a for a in all_assets if isinstance(a, dg.AssetsDefinition)]),
-                                                     "label_release")]
+                   for name, by_venue in upstream_of(all_assets, "label_release")]
 
 
 def build_resources(lake_root: str | None = None, **overrides) -> dict:

@@ -152,12 +152,18 @@ def computed_from(defs: dg.Definitions, imported: Iterable[str]) -> list[dg.Asse
     return chosen
 
 
-def upstream_of(graph, asset: str) -> list[tuple[str, bool]]:
+def upstream_of(assets: Iterable, asset: str) -> list[tuple[str, bool]]:
     """The materialisable assets upstream of `asset` that are partitioned by venue or not at all, by name, each with
     whether it is venue-partitioned (venue x configuration assets are left out: their partitions are per run)."""
-    upstream = []
-    for key in sorted(graph.get_ancestor_asset_keys(dg.AssetKey(asset)), key=lambda k: k.to_user_string()):
-        node = graph.get(key)
-        if node.is_materializable and node.partitions_def in (None, venue_partitions):
-            upstream.append((key.to_user_string(), node.partitions_def is not None))
-    return upstream
+    specs = {spec.key: spec for assets_def in assets
+             if isinstance(assets_def, dg.AssetsDefinition) and assets_def.is_executable for spec in assets_def.specs}
+    ancestors, pending = set(), [dg.AssetKey(asset)]
+    while pending:
+        spec = specs.get(pending.pop())
+        for dep in spec.deps if spec else []:
+            if dep.asset_key not in ancestors:
+                ancestors.add(dep.asset_key)
+                pending.append(dep.asset_key)
+    return [(key.to_user_string(), specs[key].partitions_def is not None)
+            for key in sorted(ancestors, key=lambda k: k.to_user_string())
+            if key in specs and specs[key].partitions_def in (None, venue_partitions)]

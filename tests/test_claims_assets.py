@@ -323,8 +323,9 @@ def test_a_changed_extraction_prompt_changes_exactly_the_review_claim_assets(tmp
     extract = edited / "extract_claims.md"
     extract.write_text(extract.read_text().replace("in the order they appear", "in the order they are written"))
     after = code_versions(edited)
-    assert {key for key in before if before[key] != after[key]} == {"review_claims", "claims_dropped"}
+    # llm_usage names every stage's prompt (the LLM stage registry), so it follows each of them
+    assert {key for key in before if before[key] != after[key]} == {"review_claims", "claims_dropped", "llm_usage"}
     tag = edited / "tag_fact.md"
     tag.write_text(tag.read_text() + "\n")
     tagged = code_versions(edited)
-    assert {key for key in after if after[key] != tagged[key]} == {"claim_types"}
+    assert {key for key in after if after[key] != tagged[key]} == {"claim_types", "llm_usage"}

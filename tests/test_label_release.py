@@ -19,6 +19,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from peerify_dagster import cli
+from peerify_dagster.definitions import defs
 from peerify_dagster.domain import label_release as rel
 from peerify_dagster.domain import records
 from peerify_dagster.domain.labels import LABELS, NOT_SUPPORTED, SUPPORTED
@@ -191,7 +192,9 @@ def test_release_folder_manifest_and_provenance(released):
     upstream = {(u["asset"], u["partition"]): u for u in manifest["upstream"]}
     assert {"benchmark_slices", "canonical_labels", "claim_labels", "raw_openreview_notes"} <= {a for a, _ in upstream}
     assert all(u["data_version"] and u["code_version"] for u in upstream.values())
-    assert upstream[("benchmark_slices", "sample")]["code_version"] == "benchmark-slices-v1"
+    graph = defs.resolve_asset_graph()
+    assert upstream[("benchmark_slices", "sample")]["code_version"] == graph.get(
+        dg.AssetKey("benchmark_slices")).code_version
     assert "label_rebuttal" in manifest["prompts"] and manifest["models"]
     sheet = (folder / rel.DATASHEET).read_text()
     assert "Apache-2.0" in sheet and "CC BY" not in sheet  # the sample's terms, from its registry entry
@@ -356,6 +359,14 @@ def test_verify_accepts_the_release_and_its_published_manifest_hash(released):
                    env=released["env"], timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert f"release {VERSION} verified" in done.stdout
+    # the code behind it: the lock this environment was installed from, and each released table's code version
+    manifest = json.loads((released["folder"] / rel.MANIFEST).read_text())
+    environment = manifest["environment"]
+    assert set(environment["locks"]) >= {"base.txt", "dev.txt"} and environment["python"]
+    if environment["installed_from"]:  # `make install` installs from requirements/dev.txt
+        assert f"installed from: {environment['installed_from']} (sha256 " in done.stdout
+    slices_version = defs.resolve_asset_graph().get(dg.AssetKey("benchmark_slices")).code_version
+    assert "  benchmark_slices " in done.stdout and slices_version in done.stdout
     assert peerify("release", "verify", str(released["tmp"] / "nowhere"), env=released["env"]).returncode == 2
     assert peerify("release", "verify", env=released["env"]).returncode == 2  # no folder: argparse's usage error
 

@@ -15,6 +15,7 @@ from peerify_dagster.cli.release import register_diff
 from peerify_dagster.domain import label_release as rel
 from peerify_dagster.domain.labels import LABELS, NOT_SUPPORTED, SUPPORTED
 from peerify_dagster.domain.release_diff import html_report, markdown_report, release_diff
+from peerify_dagster.domain.release_lineage import lineage_lines
 from peerify_dagster.domain.slices import REBUTTAL_SOURCED, SLICE_SCHEMA, SLICES
 from peerify_dagster.resources.llm_gateway import LEDGER_SCHEMA
 
@@ -30,8 +31,9 @@ def _row(claim: str, label: str, calls: list[str], decisions: list[str]) -> dict
             "gold_provenance": "agreed", "gold_chunk_ids": [], "gold_call_ids": calls, "gold_decision_ids": decisions}
 
 
-def write_release(folder: Path, version: str, rows: list[dict]) -> Path:
-    """A release of `rows` written by label_release.release_files (no calls, no decisions behind them)."""
+def write_release(folder: Path, version: str, rows: list[dict], lineage: dict | None = None) -> Path:
+    """A release of `rows` written by label_release.release_files (no calls, no decisions behind them); `lineage`:
+    the manifest's `upstream` and `environment`, when given."""
     frame = rel.slice_rows(pl.DataFrame(rows, schema=SLICE_SCHEMA))
     files, counts = {}, {}
     for name in SLICES:
@@ -44,7 +46,7 @@ def write_release(folder: Path, version: str, rows: list[dict]) -> Path:
                 "venues": [{**VENUE, "rows": {n: frame.filter(pl.col("slice") == n).height for n in SLICES}}],
                 "seeds": {"toy": 1}, "models": {}, "prompts": {}, "arbitration": {}, "left_out": {},
                 "slices": {n: {"rows": frame.filter(pl.col("slice") == n).height, "labels": labels}
-                           for n, labels in rel.label_counts(frame).items()}}
+                           for n, labels in rel.label_counts(frame).items()}, **(lineage or {})}
     folder.mkdir(parents=True)
     for name, data in rel.release_files(manifest, files, counts).items():
         (folder / name).write_bytes(data)
@@ -125,6 +127,46 @@ def test_peerify_release_diff(two_releases, capsys):
     old, new = two_releases
     assert cli.main(["release", "diff", str(old), str(new)]) == 0
     assert f"c1 (toy): {SUPPORTED} -> {NOT_SUPPORTED}, by decision d1" in capsys.readouterr().out
+
+
+def _lineage(slices_version: str, lock_sha: str) -> dict:
+    return {"upstream": [
+        {"asset": "benchmark_slices", "partition": "toy", "code_version": slices_version, "data_version": "d"},
+        {"asset": "claim_labels", "partition": "toy", "code_version": "bbbb", "data_version": "d"}],
+        "environment": {"python": "3.11.7", "locks": {"dev.txt": lock_sha, "base.txt": "9" * 64},
+                        "installed_from": "dev.txt"}}
+
+
+def test_diff_names_the_code_versions_and_dependencies_that_changed(tmp_path, capsys):
+    rows = [_row("c1", SUPPORTED, ["k1"], [])]
+    old = write_release(tmp_path / "1.0.0", "1.0.0", rows, _lineage("aaaa", "1" * 64))
+    new = write_release(tmp_path / "1.1.0", "1.1.0", rows, _lineage("cccc", "2" * 64))
+    assert cli.main(["release", "diff", str(old), str(new)]) == 0
+    report = capsys.readouterr().out
+    assert "# Release 1.0.0 -> 1.1.0: 0 change(s)" in report
+    assert "- benchmark_slices: aaaa -> cccc" in report and "claim_labels:" not in report
+    assert f"- installed from: dev.txt (sha256 {'1' * 16}) -> dev.txt (sha256 {'2' * 16})" in report
+
+    same = write_release(tmp_path / "1.1.1", "1.1.1", rows, _lineage("cccc", "2" * 64))
+    assert cli.main(["release", "diff", str(new), str(same)]) == 0
+    report = capsys.readouterr().out
+    assert "- none: every released table was computed by the same code" in report
+    assert "## Dependencies changed\n\n- none" in report
+    page = html_report(release_diff("1.0.0", _slices(old), "1.1.0", _slices(new), _read(old), _read(new)))
+    assert "<li>benchmark_slices: aaaa -&gt; cccc</li>" in page
+
+
+def _read(folder: Path) -> dict:
+    return json.loads((folder / rel.MANIFEST).read_text())
+
+
+def test_verify_lines_name_the_lock_and_each_code_version_or_say_none_was_recorded():
+    lines = lineage_lines(_lineage("cccc", "2" * 64))
+    assert lines[0] == f"installed from: dev.txt (sha256 {'2' * 16}), Python 3.11.7"
+    assert lines[1:] == ["code versions:", "  benchmark_slices  cccc", "  claim_labels      bbbb"]
+    assert lineage_lines({})[0] == "installed from: not recorded (a release made before environments were recorded)"
+    unlocked = {"environment": {"python": "3.11.7", "locks": {}, "installed_from": None}}
+    assert lineage_lines(unlocked)[0].startswith("installed from: none: the environment matched no lock file")
 
 
 def test_a_synthetic_release_lists_and_hashes_its_metadata_files(two_releases):

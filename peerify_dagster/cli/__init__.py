@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import argparse
 
-from peerify_dagster.cli import (arbitrate, build, catalog, clean, cluster, imports, llm, queue, release, report,
-                                 serve, verify)
+from peerify_dagster.cli import (arbitrate, build, catalog, clean, cluster, imports, lineage, llm, queue, release,
+                                 report, serve, verify)
 from peerify_dagster.cli.common import EXIT_USAGE, ConfigError, say
 from peerify_dagster.domain.venues import RegistryError
 
-VERB_GROUPS = (build, catalog, arbitrate, queue, release, report, imports, clean, serve, verify, cluster, llm)
+VERB_GROUPS = (build, catalog, arbitrate, queue, release, report, imports, clean, serve, verify, cluster, llm, lineage)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -39,6 +39,7 @@ from peerify_dagster.cli.home import open_home, run_job
 from peerify_dagster.cli.common import EXIT_USAGE, ConfigError, guarded, refuse_upload, registered_venues, say
 from peerify_dagster.domain import label_release as rel
 from peerify_dagster.domain.release_diff import REPORTS, release_diff
+from peerify_dagster.domain.release_lineage import lineage_lines
 from peerify_dagster.domain.slices import SLICES, SliceConfig, label_distribution
 from peerify_dagster.domain.venues import RegistryError
 from peerify_dagster.resources.lake import RELEASES_DIR, Lake
@@ -222,6 +223,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
     print(f"release {manifest['version']} verified: {len(manifest['files']) + 1} files, {rows} slice rows, "
           f"{manifest['files'][rel.CALLS]['rows']} calls, {manifest['files'][rel.DECISIONS]['rows']} decisions, "
           "every hash, row count, schema, slice rule and provenance link as released")
+    for line in lineage_lines(manifest):
+        print(line)
     return EXIT_OK
 
 
@@ -364,7 +367,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
         read.append(contents)
     old, new = read
     report = REPORTS[args.format](release_diff(old.manifest["version"], old.slices, new.manifest["version"],
-                                               new.slices))
+                                               new.slices, old.manifest, new.manifest))
     if args.out is None:
         print(report, end="")
     else:

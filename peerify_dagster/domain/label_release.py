@@ -46,6 +46,7 @@ from peerify_dagster.domain.labelling import (
 from peerify_dagster.domain.labels import LABELS, NOT_DETERMINED, SUPPORTED
 from peerify_dagster.domain.llm_calls import canonical_json, parse_answer
 from peerify_dagster.domain.records import json_lines, jsonl_bytes
+from peerify_dagster.domain.release_lineage import environment, installed_lock
 from peerify_dagster.domain.slices import SLICE_COLUMNS, SLICE_SCHEMA, SLICES
 
 FORMAT = "peerify-label-release/1"
@@ -220,7 +221,8 @@ Columns (every slice): {', '.join(f'`{c}`' for c in SLICE_COLUMNS)}. `gold_call_
 Each venue was read by the Peerify DAG from its source (the OpenReview API, or a snapshot folder), whose text comes
 from where its registry entry says (under Licence below); papers were drawn with the seeds above. Review claims were extracted from official reviews and reviewer follow-ups by an LLM; PaperSourced claims were
 written from seeded manuscript paragraphs. The Dagster data and code versions of every upstream table are in
-`manifest.json` (`upstream`).
+`manifest.json` (`upstream`); the code was derived into those versions from its source, and its dependencies were
+installed from {installed_lock(environment(manifest))} (`manifest.json` `environment`: every lock file's sha256).
 
 ## Labelling and arbitration
 Two LLM labellers (roles labeller_a and labeller_b) label every review claim against its review thread

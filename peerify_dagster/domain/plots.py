@@ -5,7 +5,6 @@ Figures are small (dpi 90) because the report asset's metadata embeds every one 
 from __future__ import annotations
 
 import io
-import math
 from collections.abc import Mapping, Sequence
 
 import matplotlib

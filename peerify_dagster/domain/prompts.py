@@ -3,15 +3,15 @@
 Each template is a file peerify_dagster/prompts/<id>.md with a small YAML front matter
 (`id`, `version`, `output_schema`) and a body split into `[system]` and `[user]` parts that
 use str.format fields (`{claim}`; literal braces are doubled). The sha256 of the file is the
-template's identity: it enters every call id, and `prompts_code_version` turns a set of
-templates into a Dagster code_version, so editing a prompt marks exactly its dependants stale.
+template's identity: it enters every call id and the code version of every asset whose code names
+the template (domain/code_versions.py), so editing a prompt marks exactly its dependants stale.
 """
 
 from __future__ import annotations
 
 import hashlib
 import string
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -177,12 +177,6 @@ def available_prompts(prompts_dir: Path | None = None) -> list[str]:
 def template_hash(prompt_id: str, prompts_dir: Path | None = None) -> str:
     """sha256 of the template file's content."""
     return load_prompt(prompt_id, prompts_dir).content_hash
-
-
-def prompts_code_version(prompt_ids: Iterable[str], prompts_dir: Path | None = None) -> str:
-    """A short, order-independent version string for a set of templates (for code_version)."""
-    lines = sorted(f"{pid}:{template_hash(pid, prompts_dir)}" for pid in set(prompt_ids))
-    return "prompts-" + hashlib.sha256("\n".join(lines).encode("utf-8")).hexdigest()[:16]
 
 
 def format_passages(passages: Sequence[tuple[str, str]]) -> str:

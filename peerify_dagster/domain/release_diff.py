@@ -1,6 +1,7 @@
 """What changed between two label releases, per slice: claims added, claims removed, and gold labels changed (old ->
 new, with the decision ids and call ids the new row names that the old one did not: what caused the change), with
-counts, as a Markdown or an HTML report. Pure logic on the slices of two releases (label_release.ReleaseContents)."""
+counts, and beside them the code versions and dependencies that changed (release_lineage.py), as a Markdown or an
+HTML report. Pure logic on two releases (label_release.ReleaseContents)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
+from peerify_dagster.domain.release_lineage import LineageChanges, lineage_changes
 from peerify_dagster.domain.slices import SLICES
 
 _KEY = ("venue", "claim_id")
@@ -49,6 +51,7 @@ class ReleaseDiff:
     old_version: str
     new_version: str
     slices: list[SliceDiff]
+    lineage: LineageChanges = field(default_factory=LineageChanges)
 
     @property
     def changes(self) -> int:
@@ -78,15 +81,17 @@ def slice_diff(name: str, old: pl.DataFrame, new: pl.DataFrame) -> SliceDiff:
 
 
 def release_diff(old_version: str, old: Mapping[str, pl.DataFrame], new_version: str,
-                 new: Mapping[str, pl.DataFrame]) -> ReleaseDiff:
+                 new: Mapping[str, pl.DataFrame], old_manifest: Mapping | None = None,
+                 new_manifest: Mapping | None = None) -> ReleaseDiff:
     """Every slice of two releases compared (`old` / `new`: slice -> rows; a slice one of them lacks counts as
-    empty)."""
+    empty), and their manifests' code versions and dependencies."""
     def rows(slices: Mapping[str, pl.DataFrame], name: str) -> pl.DataFrame:
         frame = slices.get(name)
         return frame if frame is not None else pl.DataFrame(schema={"venue": pl.String, "claim_id": pl.String,
                                                                     "gold_label": pl.String})
     return ReleaseDiff(old_version, new_version, [slice_diff(name, rows(old, name), rows(new, name))
-                                                  for name in SLICES])
+                                                  for name in SLICES],
+                       lineage_changes(old_manifest or {}, new_manifest or {}))
 
 
 # -- reports ----------------------------------------------------------------------------------------------------------
@@ -106,6 +111,13 @@ def _change_line(change: LabelChange) -> str:
     return f"{change.claim_id} ({change.venue}): {change.old_label} -> {change.new_label}, by {change.cause}"
 
 
+def _lineage_sections(diff: ReleaseDiff) -> list[tuple[str, list[str]]]:
+    """The code and dependency changes, as (heading, lines); a line saying so when there are none."""
+    code = [f"{asset}: {old} -> {new}" for asset, old, new in diff.lineage.code]
+    return [("Code versions changed", code or ["none: every released table was computed by the same code"]),
+            ("Dependencies changed", diff.lineage.dependencies or ["none"])]
+
+
 def _title(diff: ReleaseDiff) -> str:
     return f"Release {diff.old_version} -> {diff.new_version}: {diff.changes} change(s)"
 
@@ -121,6 +133,8 @@ def markdown_report(diff: ReleaseDiff) -> str:
                                ("Label changed", [_change_line(c) for c in s.changed])):
             if items:
                 lines += ["", f"{heading}:", ""] + [f"- {item}" for item in items]
+    for heading, items in _lineage_sections(diff):
+        lines += ["", f"## {heading}", ""] + [f"- {item}" for item in items]
     return "\n".join(lines) + "\n"
 
 
@@ -138,6 +152,8 @@ def html_report(diff: ReleaseDiff) -> str:
                                ("Label changed", [_change_line(c) for c in s.changed])):
             if items:
                 body += [f"<h3>{heading}</h3>", "<ul>"] + [f"<li>{html.escape(i)}</li>" for i in items] + ["</ul>"]
+    for heading, items in _lineage_sections(diff):
+        body += [f"<h2>{heading}</h2>", "<ul>"] + [f"<li>{html.escape(i)}</li>" for i in items] + ["</ul>"]
     return ("<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>"
             f"{html.escape(_title(diff))}</title></head><body>\n" + "\n".join(body) + "\n</body></html>\n")
 

@@ -8,7 +8,6 @@ from peerify_dagster.resources.openreview import (
     OpenReviewCrawler, SnapshotReader, api_url_for, probe_api_version, resolve_api_version,
 )
 
-INGESTION_CODE_VERSION = "ingestion-v3"
 
 
 class CrawlConfig(dg.Config):

@@ -564,7 +564,7 @@ class DocumentParser:
         # garbage collector does not walk them again and again while the layout rules allocate.
         del result
         options = {"pipeline": "NativePdfPipeline", "text_cell_unit": "line", "parser_threads": self.parser_threads,
-                   "structure": f"peerify layout rules v{LAYOUT_VERSION}", **_text_layer_report(paper_id, text)}
+                   "structure": f"peerify layout rules {LAYOUT_VERSION}", **_text_layer_report(paper_id, text)}
         lines = [line for line in (replace(line, text=clean_line_text(line.text)) for line in text.lines) if line.text]
         blocks = [_on_displayed_pages(block, text.text_angles, page_sizes)
                   for block in recover_blocks(lines, text.page_sizes, text.image_boxes)]

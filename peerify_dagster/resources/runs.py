@@ -20,9 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import dagster as dg
-from dagster._core.instance.ref import InstanceRef
-from dagster._core.storage.runs import SqliteRunStorage
 
+from peerify_dagster.dagster_private import NO_STEP_OUTPUT_CAPTURE, instance_with_overrides, runs_stored_locally
 from peerify_dagster.domain.predictions import PAIR_SEPARATOR, venue_and_configuration
 from peerify_dagster.resources.lake import partition_slug
 from peerify_dagster.resources.processes import process_alive, process_start_time
@@ -114,18 +113,13 @@ def home_lock(home: Path, holder: str, on_wait: Callable[[str], None]) -> Iterat
 # Dagster's local compute-log manager mirrors each step's output through a `tail -F` child and an orphan watcher,
 # and those children inherit the build's whole environment (API keys included). A terminal build prints its step
 # output to the terminal anyway, so it opens the home without capturing it: the build starts no child process.
-NO_STEP_OUTPUT_CAPTURE = {"compute_logs": {"module": "dagster._core.storage.noop_compute_log_manager",
-                                           "class": "NoOpComputeLogManager"}}
-
-
 def open_instance(home: Path, holder: str, on_wait: Callable[[str], None],
                   capture_step_output: bool = True) -> tuple[dg.DagsterInstance, list[str]]:
     """The instance of the Dagster home `home` and a line per dead run recovered in it. The storage is created
     (migrated) and the runs recovered under the home lock. Runs and events go to the home's storage either way;
     `capture_step_output=False` leaves the steps' stdout/stderr out of it (no child process)."""
     with home_lock(home, holder, on_wait):
-        instance = dg.DagsterInstance.from_ref(
-            InstanceRef.from_dir(str(home), overrides={} if capture_step_output else NO_STEP_OUTPUT_CAPTURE))
+        instance = instance_with_overrides(str(home), {} if capture_step_output else NO_STEP_OUTPUT_CAPTURE)
         instance.get_runs(limit=1)  # run, event-log and schedule storages exist (and are migrated) from here on
         return instance, recover_dead_runs(instance)
 
@@ -150,7 +144,7 @@ def run_process(instance: dg.DagsterInstance, run: dg.DagsterRun) -> RunProcess 
     """The process executing `run`, from our tags or from the run worker's start event (local storage only)."""
     if PID_TAG in run.tags:
         return RunProcess(int(run.tags[PID_TAG]), run.tags.get(PROCESS_START_TAG) or None, run.tags.get(HOST_TAG))
-    if not isinstance(instance.run_storage, SqliteRunStorage):  # shared storage: the worker may be on another host
+    if not runs_stored_locally(instance):  # shared storage: the worker may be on another host
         return None
     for record in instance.all_logs(run.run_id, of_type=dg.DagsterEventType.ENGINE_EVENT):
         event = record.dagster_event

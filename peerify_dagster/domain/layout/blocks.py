@@ -15,13 +15,15 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from peerify_dagster.domain.code_versions import package_version
 from peerify_dagster.domain.layout.floats import is_caption
 from peerify_dagster.domain.layout.headings import closes_main_text, describe_heading, looks_like_plain_heading
 from peerify_dagster.domain.layout.lines import SENTENCE_END, Vocabulary, join_lines, normalise_whitespace
 from peerify_dagster.domain.layout.regions import LineRegion, Region, text_offset
 
-# Bumped whenever a rule of this package changes the blocks produced, so dependent assets go stale.
-LAYOUT_VERSION = "6"
+# The layout rules' identity in a parse's `parser` column: derived from this package's code, so any change of a
+# rule names a new one (the parsing assets' code versions follow the same code).
+LAYOUT_VERSION = package_version(__package__)
 
 # "front_matter": a journal's notices (licence, dates, correspondence, DOI), wherever the page sets them (a first
 # page's foot, the last page), never retrieval units.
