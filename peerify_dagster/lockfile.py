@@ -1,8 +1,10 @@
 """The locked install: one hashed requirements file per extra under requirements/, compiled from pyproject.toml by
-pip-tools, each stamped with a fingerprint of the declarations it was compiled from.
+pip-tools, each stamped with a fingerprint of the declarations it was compiled from (its own: a change to another
+extra leaves it valid).
 
     python3 -m peerify_dagster.lockfile check      # exit 1, naming the files, when a lock does not match pyproject
-    python3 -m peerify_dagster.lockfile compile    # re-resolve every lock (needs pip-tools: `make lock`)
+    python3 -m peerify_dagster.lockfile compile    # re-resolve the locks pyproject changed (pip-tools: `make lock`)
+    python3 -m peerify_dagster.lockfile compile --upgrade   # every lock, each package to its newest allowed release
     python3 -m peerify_dagster.lockfile hash FILE  # the sha256 a release manifest records for a lock file
 
 Standard library only, so `make install` can check the lock before anything is installed.
@@ -54,19 +56,24 @@ def _pyproject(root: Path) -> dict:
     return tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))["project"]
 
 
-def fingerprint(root: Path = REPO_ROOT) -> str:
-    """sha256 of what the locks are compiled from: pyproject's Python range and dependency lists (order ignored),
-    the CPU torch pin and the no-dependency installs."""
+def fingerprint(lock: Lock, root: Path = REPO_ROOT) -> str:
+    """sha256 of what one lock is compiled from: pyproject's Python range, its dependencies and the lock's extras
+    (order ignored), and the CPU torch pin where the lock takes it. A change elsewhere (another extra) leaves the
+    lock valid."""
     project = _pyproject(root)
     declared = {
         "requires-python": project.get("requires-python"),
         "dependencies": sorted(project.get("dependencies", [])),
-        "optional-dependencies": {extra: sorted(deps)
-                                  for extra, deps in sorted(project.get("optional-dependencies", {}).items())},
-        "torch-cpu": (root / TORCH_CPU.relative_to(REPO_ROOT)).read_text(encoding="utf-8").split(),
-        "no-deps": NO_DEPS,
+        "extras": {extra: sorted(project.get("optional-dependencies", {}).get(extra, [])) for extra in lock.extras},
+        "torch-cpu": (root / TORCH_CPU.relative_to(REPO_ROOT)).read_text(encoding="utf-8").split()
+        if lock.cpu_torch else None,
     }
     return hashlib.sha256(json.dumps(declared, sort_keys=True).encode("utf-8")).hexdigest()
+
+
+def _stamp_of(path: Path) -> str | None:
+    return next((line[len(FINGERPRINT):].strip() for line in path.read_text(encoding="utf-8").splitlines()
+                 if line.startswith(FINGERPRINT)), None)
 
 
 def _name(requirement: str) -> str:
@@ -80,21 +87,19 @@ def pinned(text: str) -> dict[str, str]:
 
 def problems(root: Path = REPO_ROOT) -> list[str]:
     """Why the locks do not match pyproject.toml, one line each ([] when they do)."""
-    expected, found = fingerprint(root), []
+    found = []
     project = _pyproject(root)
     for lock in LOCKS:
         path = root / lock.path.relative_to(REPO_ROOT)
         if not path.is_file():
             found.append(f"{path.relative_to(root)}: missing; run `make lock`")
             continue
-        text = path.read_text(encoding="utf-8")
-        stamp = next((line[len(FINGERPRINT):].strip() for line in text.splitlines() if line.startswith(FINGERPRINT)),
-                     None)
+        expected, stamp = fingerprint(lock, root), _stamp_of(path)
         if stamp != expected:
             found.append(f"{path.relative_to(root)}: compiled from other declarations than pyproject.toml's now "
-                         f"(fingerprint {stamp or 'absent'}, pyproject {expected[:16]}...); run `make lock`")
+                         f"(fingerprint {(stamp or 'absent')[:16]}, pyproject {expected[:16]}); run `make lock`")
             continue
-        pins = pinned(text)
+        pins = pinned(path.read_text(encoding="utf-8"))
         declared = [*project.get("dependencies", []),
                     *[dep for extra in lock.extras for dep in project["optional-dependencies"][extra]]]
         missing = sorted({_name(dep) for dep in declared} - set(pins))
@@ -140,21 +145,28 @@ def environment_record(root: Path = REPO_ROOT) -> dict:
     }
 
 
-def compile_locks(pip_compile: str, pip: str) -> None:
-    """Resolve every lock afresh with pip-tools (hashes of every file of each pinned release), then stamp it."""
-    stamp = fingerprint()
+def compile_locks(pip_compile: str, pip: str, upgrade: bool = False) -> None:
+    """Resolve each lock whose declarations changed (every lock with `upgrade`, each package to its newest allowed
+    release) with pip-tools, hashes of every file of each pinned release, then stamp it. Without `upgrade`,
+    pip-tools keeps the pins the lock already has wherever they still satisfy pyproject."""
     for lock in LOCKS:
+        stamp = fingerprint(lock)
+        if not upgrade and lock.path.is_file() and _stamp_of(lock.path) == stamp:
+            print(f"{lock.path.relative_to(REPO_ROOT)}: up to date", file=sys.stderr, flush=True)
+            continue
         command = [pip_compile, "--quiet", "--generate-hashes", "--allow-unsafe", "--strip-extras",
-                   "--no-emit-index-url", "--no-emit-find-links", "--no-emit-trusted-host", "--upgrade",
-                   *[f"--extra={extra}" for extra in lock.extras],
+                   "--no-emit-index-url", "--no-emit-find-links", "--no-emit-trusted-host",
+                   *(["--upgrade"] if upgrade else []), *[f"--extra={extra}" for extra in lock.extras],
                    f"--output-file={lock.path.relative_to(REPO_ROOT)}", "pyproject.toml"]
         if lock.cpu_torch:
             command.append(str(TORCH_CPU.relative_to(REPO_ROOT)))
         print(f"compiling {lock.path.relative_to(REPO_ROOT)}", file=sys.stderr, flush=True)
         subprocess.run(command, check=True, cwd=REPO_ROOT)
         _stamp(lock.path, stamp)
+    if not upgrade and NO_DEPS_LOCK.is_file() and pinned(NO_DEPS_LOCK.read_text(encoding="utf-8")) == NO_DEPS:
+        return
     with tempfile.TemporaryDirectory() as folder:
-        lines = ["# Installed with --no-deps (peerify_dagster/lockfile.py NO_DEPS).", f"{FINGERPRINT}{stamp}"]
+        lines = ["# Installed with --no-deps (peerify_dagster/lockfile.py NO_DEPS)."]
         for name, version in NO_DEPS.items():
             subprocess.run([pip, "download", "--quiet", "--no-deps", "--dest", folder, f"{name}=={version}"],
                            check=True)
@@ -164,9 +176,14 @@ def compile_locks(pip_compile: str, pip: str) -> None:
 
 
 def _stamp(path: Path, stamp: str) -> None:
-    lines = [line for line in path.read_text(encoding="utf-8").splitlines() if not line.startswith(FINGERPRINT)]
-    at = next(i for i, line in enumerate(lines) if not line.startswith("#"))
-    path.write_text("\n".join([*lines[:at], f"{FINGERPRINT}{stamp}", "#", *lines[at:]]) + "\n", encoding="utf-8")
+    lines = path.read_text(encoding="utf-8").splitlines()
+    at = next((i for i, line in enumerate(lines) if line.startswith(FINGERPRINT)), None)
+    if at is not None:
+        lines[at] = f"{FINGERPRINT}{stamp}"
+    else:  # pip-compile's header, then the stamp
+        at = next(i for i, line in enumerate(lines) if not line.startswith("#"))
+        lines[at:at] = [f"{FINGERPRINT}{stamp}", "#"]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -177,11 +194,13 @@ def main(argv: list[str] | None = None) -> int:
     compiling = sub.add_parser("compile", help="re-resolve every lock with pip-tools")
     compiling.add_argument("--pip-compile", default="pip-compile")
     compiling.add_argument("--pip", default="pip")
+    compiling.add_argument("--upgrade", action="store_true",
+                           help="re-resolve every lock, each package to its newest release pyproject allows")
     hashing = sub.add_parser("hash", help="a lock file's sha256")
     hashing.add_argument("file", type=Path)
     args = parser.parse_args(argv)
     if args.command == "compile":
-        compile_locks(args.pip_compile, args.pip)
+        compile_locks(args.pip_compile, args.pip, args.upgrade)
         return 0
     if args.command == "hash":
         print(file_sha256(args.file))

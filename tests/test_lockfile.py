@@ -51,6 +51,12 @@ def test_a_changed_dependency_in_pyproject_fails_the_check_naming_each_lock(copy
     assert lockfile.problems(copy) != []
 
 
+def test_a_changed_extra_invalidates_only_the_locks_that_take_it(copy):
+    pyproject = copy / "pyproject.toml"
+    pyproject.write_text(pyproject.read_text().replace('vllm = ["vllm"]', 'vllm = ["vllm>=0.30"]'))
+    assert [line.split(":")[0] for line in lockfile.problems(copy)] == ["requirements/vllm.txt"]
+
+
 def test_a_lock_missing_a_declared_package_or_missing_altogether_is_named(copy):
     base = copy / "requirements" / "base.txt"
     text = base.read_text()
