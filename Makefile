@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 export DAGSTER_HOME := $(CURDIR)/.dagster_home
 
-.PHONY: install lock browser services demo test dev validate clean-lake
+.PHONY: install lock browser services demo test check docs dev validate clean-lake
 
 LOCK := requirements/dev.txt
 
@@ -47,7 +47,19 @@ services:
 ## test: install, then run the test suite in two worker processes, one per core (pytest-xdist; a module's tests stay
 ## in one worker, so its module-scoped builds are made once)
 test: install browser services
+	$(VENV)/bin/ruff check .
 	$(VENV)/bin/pytest -q -n 2 --dist loadfile
+
+## check: the linter and the fast unit tests (the domain's, the analysis of code versions, the locks; under 3 minutes)
+check: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/pytest -q -n 2 -m "not slow" $(FAST_TESTS)
+
+## docs: the reference pages generated from the code, then the site built with every link and anchor checked
+docs: install
+	$(VENV)/bin/peerify docs generate
+	$(VENV)/bin/mkdocs build --strict --quiet
+	@echo "docs: site/index.html"
 
 ## dev: the Dagster UI with the asset graph; `peerify recover` first fails runs whose process died, frees their slots
 dev: install $(DAGSTER_HOME)/dagster.yaml

@@ -1,9 +1,9 @@
 """Screenshots of the web app's main pages over a built lake, taken in the real browser (Debian's chromium driven
-by Playwright), for the README: the maintainer's views (a venue's overview, the claim browser, a claim page with its
+by Playwright), for the docs (docs/verify.md, docs/annotator.md): the maintainer's views (a venue's overview, the claim browser, a claim page with its
 evidence outlined on the manuscript page, the citance browser and one citance's split view (the citing page, the
 claim card, the cited paper's page with the evidence outlined), and the verify page: its form filled in, the finished job and its one-page
 result) and an annotator's (an arbitration item and the agreement page, signed in as an annotator, who works blind).
-Every screenshot in the README comes from here; it takes screenshots only (page render times: bench_web.py).
+Every screenshot in the docs comes from here; it takes screenshots only (page render times: bench_web.py).
 
 The verification is the claim page's review against its paper's PDF, submitted through the form and run by the
 server's worker as any verify job is: the venue was built from them, so every call is answered from the ledger

@@ -158,6 +158,21 @@ def test_module_aliases_re_exports_and_prompts_are_followed():
     assert "assets.claims:review_claims" not in _reached("claim_types")
 
 
+def test_the_llm_stage_registry_is_what_the_assets_really_call():
+    """domain/llm_stages.py declares which assets call models with which prompts (preflight, estimates and usage
+    read it); the code each asset runs must agree: exactly those assets reach the gateway, each naming its prompts."""
+    from peerify_dagster.domain.llm_stages import LLM_STAGES
+
+    calling = set()
+    for stage in LLM_STAGES:
+        assets_def = next(a for a in all_assets if getattr(a, "is_executable", False)
+                          and stage.name in {key.to_user_string() for key in a.keys})
+        calling |= {key.to_user_string() for key in assets_def.keys}
+        named = {name.removeprefix("prompt:") for name in _reached(stage.name) if name.startswith("prompt:")}
+        assert set(stage.prompts) <= named, stage.name
+    assert reaching("peerify_dagster.resources.dagster_resources:LLMGatewayResource") == calling
+
+
 # -- no version is typed by hand ---------------------------------------------------------------------------------------
 
 def hand_written_versions(source: str, filename: str) -> list[str]:
