@@ -6,7 +6,7 @@ processes; the lake is a folder. Each run gets a fresh Dagster home, Postgres da
 an empty embedding cache): the second run reuses none of the first's work. The run is orchestrated as `peerify build`
 orchestrates one (cli/home.py `run_job`, the steps sent to the workers), in a child process of its own.
 
-The venue clones the sample venue's forums (peerify_dagster/testing/synthetic_venue.py), and every clone's PDF is
+The venue clones the sample venue's forums (tests/fakes/synthetic_venue.py), and every clone's PDF is
 re-rendered from its sample manuscript with a sentence naming the clone added to each paragraph, so that the
 chunk texts differ between clones: the embedding cache (keyed by text hash) would otherwise embed one copy of each
 and the benchmark would measure the cache, not the embedder.
@@ -35,7 +35,6 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
 
 VENUE = "synthetic"
 ROOTS = ("parsed_manuscripts", "chunks", "chunk_embeddings")  # and what they need
@@ -70,7 +69,7 @@ def distinct_pdfs(snapshot: Path) -> int:
     names the clone; returns the number of PDFs."""
     from peerify_dagster.sample_venue.markup import Paragraph, load_manuscript
     from peerify_dagster.sample_venue.render import render_manuscript
-    from peerify_dagster.testing.synthetic_venue import SAMPLE
+    from tests.fakes.synthetic_venue import SAMPLE
 
     manuscripts = SAMPLE.parent / "manuscripts"
     # A clone's PDF is a byte copy of one sample PDF: its bytes name its manuscript.
@@ -91,8 +90,8 @@ def distinct_pdfs(snapshot: Path) -> int:
 
 def make_venue(folder: Path, papers: int, shards: int) -> Path:
     """The synthetic venue's snapshot and its one-venue registry (every submission, `shards` shards)."""
-    from peerify_dagster.testing.cli import write_registry
-    from peerify_dagster.testing.synthetic_venue import synthetic_venue
+    from tests.fakes.cli import write_registry
+    from tests.fakes.synthetic_venue import synthetic_venue
 
     synthetic_venue(folder / "snapshot", papers)
     pdfs = distinct_pdfs(folder / "snapshot")
@@ -137,7 +136,7 @@ class Run:
 
 
 def start_cluster(run: Run, workers: int) -> None:
-    from peerify_dagster.testing.cli import peerify, start_peerify
+    from tests.fakes.cli import peerify, start_peerify
 
     names = [f"bench-w{n}" for n in range(1, workers + 1)]
     for name in names:
@@ -187,7 +186,7 @@ def report_progress(instance, started: float, workers: int) -> None:
 
 def measure(folder: Path, registry: Path, workers: int, redis, postgres, assets: list[str]) -> dict:
     """Build the selection on a fresh cluster of `workers` workers; the run's figures."""
-    from peerify_dagster.testing.cli import cli_env, stop_process
+    from tests.fakes.cli import cli_env, stop_process
 
     root = folder / f"{workers}w"
     root.mkdir()
@@ -274,7 +273,7 @@ def table(papers: int, results: list[dict]) -> str:
 
 def run_all(papers: int, shards: int, worker_counts: list[int]) -> list[dict]:
     """The venue made once, then one measured run per worker count, on one Redis and one Postgres."""
-    from peerify_dagster.testing.services import PostgresService, RedisService
+    from tests.fakes.services import PostgresService, RedisService
 
     with tempfile.TemporaryDirectory(prefix="bench-cluster-") as tmp:
         folder = Path(tmp)

@@ -23,11 +23,10 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
 
 from peerify_dagster.resources.openreview import HttpPolicy, OpenReviewCrawler, make_client  # noqa: E402
-from peerify_dagster.testing.openreview_server import FakeOpenReviewServer  # noqa: E402
-from peerify_dagster.testing.synthetic_venue import synthetic_venue  # noqa: E402
+from tests.fakes.openreview_server import FakeOpenReviewServer  # noqa: E402
+from tests.fakes.synthetic_venue import synthetic_venue  # noqa: E402
 
 
 def peak_rss_mib() -> float:

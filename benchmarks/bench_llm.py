@@ -15,21 +15,19 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO_ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import openai  # noqa: E402
 
 from peerify_dagster.resources.llm_gateway import CallLedger, LLMGateway, ModelRegistry  # noqa: E402
 from peerify_dagster.resources.local_llm import LocalLlamaServer, resolve_packaged_gguf  # noqa: E402
-from peerify_dagster.testing.openai_server import ScriptedOpenAIServer  # noqa: E402
+from tests.fakes.openai_server import ScriptedOpenAIServer  # noqa: E402
 
 SMOLLM_END_OF_TURN_TOKEN = "2"  # <|im_end|> in SmolLM2's vocabulary
 SCRIPTED_MODELS_YAML = """

@@ -27,7 +27,6 @@ import urllib.request
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO_ROOT))
 
 import openai  # noqa: E402
 from bench_llm import local_throughput  # noqa: E402

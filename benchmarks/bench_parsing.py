@@ -17,7 +17,6 @@ import time
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO_ROOT))
 
 from peerify_dagster.domain.chunking import chunk_document, chunk_stats  # noqa: E402
 from peerify_dagster.resources.document_parser import DocumentParser, ManuscriptParseError  # noqa: E402

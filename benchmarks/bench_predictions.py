@@ -14,13 +14,11 @@ other configurations are built before it, so its seconds are the time to add it.
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
 
 import dagster as dg  # noqa: E402
 

@@ -14,13 +14,11 @@ import argparse
 import os
 import random
 import resource
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO_ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from peerify_dagster.domain.retrieval import RETRIEVER_CONFIGS, PaperIndex, build_retrievers  # noqa: E402

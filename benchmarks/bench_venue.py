@@ -1,6 +1,6 @@
 """Venue-scale pipeline throughput and memory: materialisations of a synthetic snapshot venue of N papers.
 
-The venue clones the sample venue's forums and PDFs under new ids (peerify_dagster/testing/synthetic_venue.py), so
+The venue clones the sample venue's forums and PDFs under new ids (tests/fakes/synthetic_venue.py), so
 parsing and chunking do real work per paper, while the embedding cache (keyed by text hash) makes the cloned chunk
 texts cost one embedding each: embedding throughput itself is measured by bench_retrieval.py.
 
@@ -25,18 +25,16 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "benchmarks"))
 
 import dagster as dg  # noqa: E402
+from bench_crawl import peak_rss_mib  # noqa: E402
 
 from peerify_dagster.definitions import build_resources, defs  # noqa: E402
 from peerify_dagster.jobs import build_venue_job  # noqa: E402
 from peerify_dagster.partitions import venue_partitions  # noqa: E402
 from peerify_dagster.resources.dagster_resources import VenueRegistryResource  # noqa: E402
 from peerify_dagster.resources.lake import Lake  # noqa: E402
-from peerify_dagster.testing.synthetic_venue import synthetic_venue  # noqa: E402
-from bench_crawl import peak_rss_mib  # noqa: E402
+from tests.fakes.synthetic_venue import synthetic_venue  # noqa: E402
 
 INGESTION_STAGES = dg.AssetSelection.assets("paper_sample", "raw_openreview_notes", "submissions") \
     .required_multi_asset_neighbors()

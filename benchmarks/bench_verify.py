@@ -25,7 +25,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
 
 SAMPLE = REPO / "peerify_dagster" / "sample_venue" / "snapshot"
 FORUM, REVIEW = "Rk7bWq2NzA", "NL9PqtHGLz"

@@ -33,16 +33,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
 
 import polars as pl  # noqa: E402
 
 from peerify_dagster.resources.lake import Lake  # noqa: E402
-from peerify_dagster.testing.cli import fresh_home, port_open, start_peerify  # noqa: E402
 from peerify_dagster.web.data import PAGE_IMAGES_DIR  # noqa: E402
 from peerify_dagster.web.pages import venue_url  # noqa: E402
 from peerify_dagster.web.routes.claims import PAGE_SCALE  # noqa: E402
 from peerify_dagster.web.security import WEB_DIR  # noqa: E402
+from tests.fakes.cli import fresh_home, port_open, start_peerify  # noqa: E402
 from tests.web_support import build_sample_lake  # noqa: E402
 
 SERVER_START_S = 120  # a cold start on a busy 2-core machine imports polars, DuckDB, pypdfium2 and Starlette

@@ -33,7 +33,6 @@ from collections import Counter
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO_ROOT))
 
 from peerify_dagster.domain.citations.bibliography import parse_entry, read_bibliography  # noqa: E402
 from peerify_dagster.domain.citations.entries import ParsedEntry  # noqa: E402

@@ -20,13 +20,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from collections import defaultdict
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO_ROOT))
 
 from peerify_dagster.domain.citations.detection import detect_citances  # noqa: E402
 from peerify_dagster.domain.citations.scoring import (  # noqa: E402

@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO_ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import numpy as np  # noqa: E402
@@ -167,7 +166,8 @@ def markdown(summary: dict[str, Any]) -> str:
              "| " + " | ".join(str(summary[c]) for c in columns) + " |"]
     drops = ", ".join(f"{rule} {count}" for rule, count in summary["drop_reasons"].items()) or "none"
     lines.append(f"\nDropped by the cleaning rules ({summary['claims_written']} written, "
-                 f"{summary['claims_kept']} kept): {drops}. Matching cosine {summary['threshold']}; the paper: {PAPER_SECONDS_PER_REVIEW} s/review.")
+                 f"{summary['claims_kept']} kept): {drops}. Matching cosine {summary['threshold']}; "
+                 f"the paper: {PAPER_SECONDS_PER_REVIEW} s/review.")
     return "\n".join(lines)
 
 

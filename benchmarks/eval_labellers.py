@@ -34,7 +34,6 @@ from pathlib import Path
 from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO_ROOT))
 
 from peerify_dagster.domain import label_metrics  # noqa: E402
 from peerify_dagster.domain import labelling as lab  # noqa: E402

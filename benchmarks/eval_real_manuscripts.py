@@ -42,13 +42,12 @@ import re
 import sys
 import time
 import unicodedata
-from xml.etree import ElementTree
 from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import Path
+from xml.etree import ElementTree
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO_ROOT))
 
 from peerify_dagster.domain.chunking import (  # noqa: E402
     ChunkingConfig,

@@ -16,7 +16,6 @@ import time
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO_ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from peerify_dagster.domain.release import build_pooled_passages, load_release  # noqa: E402

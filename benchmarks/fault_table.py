@@ -25,7 +25,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO_ROOT))
 
 import dagster as dg  # noqa: E402
 import polars as pl  # noqa: E402
@@ -34,7 +33,7 @@ import pyarrow.parquet as pq  # noqa: E402
 from peerify_dagster.resources.lake import Lake, unreadable_reason  # noqa: E402
 from peerify_dagster.resources.llm_gateway import CallLedger  # noqa: E402
 from peerify_dagster.resources.runs import PID_TAG  # noqa: E402
-from peerify_dagster.testing.cli import (  # noqa: E402
+from tests.fakes.cli import (  # noqa: E402
     SAMPLE,
     CliResult,
     alembic_heads,

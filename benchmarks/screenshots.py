@@ -1,7 +1,9 @@
 """Screenshots of the web app's main pages over a built lake, taken in the real browser (Debian's chromium driven
-by Playwright), for the docs (docs/verify.md, docs/annotator.md): the maintainer's views (a venue's overview, the claim browser, a claim page with its
+by Playwright), for the docs (docs/verify.md, docs/annotator.md): the maintainer's views (a venue's overview, the claim
+browser, a claim page with its
 evidence outlined on the manuscript page, the citance browser and one citance's split view (the citing page, the
-claim card, the cited paper's page with the evidence outlined), and the verify page: its form filled in, the finished job and its one-page
+claim card, the cited paper's page with the evidence outlined), and the verify page: its form filled in, the finished
+job and its one-page
 result) and an annotator's (an arbitration item and the agreement page, signed in as an annotator, who works blind).
 Every screenshot in the docs comes from here; it takes screenshots only (page render times: bench_web.py).
 
@@ -24,7 +26,6 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
 
 import polars as pl  # noqa: E402
 from playwright.sync_api import sync_playwright  # noqa: E402

@@ -13,11 +13,11 @@ that changes any of it fails there, by name, rather than somewhere in a build.
 from collections.abc import Callable, Iterator
 
 import dagster as dg
+from dagster._core.asset_graph_view.asset_graph_view import AssetGraphView, TemporalContext
 from dagster._core.definitions.data_version import CachingStaleStatusResolver, StaleCauseCategory, StaleStatus
 from dagster._core.execution.plan.objects import StepFailureData
 from dagster._core.execution.retries import RetryMode
 from dagster._core.instance.ref import InstanceRef
-from dagster._core.asset_graph_view.asset_graph_view import AssetGraphView, TemporalContext
 from dagster._core.storage.runs import SqliteRunStorage
 from dagster._grpc.types import ExecuteStepArgs
 from dagster._serdes import pack_value

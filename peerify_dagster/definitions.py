@@ -2,39 +2,20 @@
 
 import dagster as dg
 
-from assets import (
-    arbitration,
-    audit,
-    citations,
-    claims,
-    embeddings,
-    forum_tables,
-    ingestion,
-    labels,
-    manuscript_pdfs,
-    manuscripts,
-    metrics,
-    predictions,
-    release,
-    release_import,
-    reports,
-    retrieval,
-    slices,
-    verification,
-)
+from peerify_dagster import assets as stages
 from peerify_dagster.cluster import executor_def
 from peerify_dagster.freshness import upstream_of
 from peerify_dagster.jobs import JOBS
 from peerify_dagster.lineage import with_derived_code_versions
 from peerify_dagster.resources.dagster_resources import (
+    BY_VENUE,
+    UNPARTITIONED,
     DocumentParserResource,
     EmbeddingResource,
     LakeResource,
     LLMGatewayResource,
     OpenReviewResource,
     ParquetLakeIOManager,
-    BY_VENUE,
-    UNPARTITIONED,
     PredictionConfigurationsResource,
     ReleaseLineageResource,
     RetrievalResource,
@@ -44,10 +25,8 @@ from peerify_dagster.resources.dagster_resources import (
 from peerify_dagster.resources.shard_io import SHARD_IO_MANAGER, ShardLakeIOManager
 from peerify_dagster.sensors import SCHEDULES, SENSORS
 
-all_assets = with_derived_code_versions([*dg.load_assets_from_modules(
-    [ingestion, forum_tables, manuscript_pdfs, manuscripts, embeddings, claims, labels, arbitration, audit, slices,
-     retrieval, verification, predictions, metrics, reports, release, citations]
-), release_import.release_rows])
+# Every asset of every stage module under peerify_dagster/assets/, found there: a new stage is a new module.
+all_assets = with_derived_code_versions(dg.load_assets_from_package_module(stages))
 RELEASE_LINEAGE = [UpstreamAsset(asset=name, partitioning=BY_VENUE if by_venue else UNPARTITIONED)
                    for name, by_venue in upstream_of(all_assets, "label_release")]
 

@@ -23,9 +23,9 @@ from pathlib import Path
 import polars as pl
 
 from peerify_dagster.domain import predictions as pred
+from peerify_dagster.domain.citations.options import CitationOptions
 from peerify_dagster.domain.claims import review_sections
 from peerify_dagster.domain.forum_tables import REVIEW_TEXT_FIELDS
-from peerify_dagster.domain.citations.options import CitationOptions
 from peerify_dagster.domain.llm_stages import (
     CITANCE_TAGGING,
     CITATION_VERDICTS,
@@ -130,7 +130,8 @@ def _from_snapshot(venue: Venue, snapshot: Path) -> VenueSize:
                 continue
             if classify(note) == "review":
                 reviews += 1
-                lengths += [len(text) for name in REVIEW_TEXT_FIELDS if (text := (text_value(note, name) or "").strip())]
+                lengths += [len(text) for name in REVIEW_TEXT_FIELDS if (text := (text_value(note,
+                                                                                             name) or "").strip())]
     share = min(1.0, venue.sample_size / len(forums)) if venue.sample_size else 1.0
     basis = {SOURCE_SNAPSHOT: "snapshot", SOURCE_UPLOAD: "upload"}.get(venue.source, "crawl")
     size = _counted(round(len(forums) * share), round(reviews * share), lengths, basis)
@@ -227,11 +228,13 @@ def _per_call(model: str, prompts: Sequence[str], gateway, means: dict,  # noqa:
     for prompt_id in prompts:
         known = means.get((model, prompt_id))
         template = load_prompt(prompt_id)
-        tokens_in.append(known[0] if known else pred.estimated_tokens(template.system + template.user + "x" * input_chars))
+        tokens_in.append(known[0] if known
+                         else pred.estimated_tokens(template.system + template.user + "x" * input_chars))
         if known is None:
             from_ledger = False
         tokens_out.append(known[1] if known else int(spec.decoding.get("max_tokens") or DEFAULT_ANSWER_TOKENS))
-    basis = "mean of the ledger's answers" if from_ledger else "max_tokens (no answer of this model and prompt in the ledger)"
+    basis = ("mean of the ledger's answers" if from_ledger
+             else "max_tokens (no answer of this model and prompt in the ledger)")
     return sum(tokens_in) / len(prompts), sum(tokens_out) / len(prompts), basis
 
 

@@ -13,9 +13,6 @@ import argparse
 import sys
 from pathlib import Path
 
-# Running the script directly puts scripts/ on sys.path, not the repository root.
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 from peerify_dagster.sample_venue import SNAPSHOT_DIR  # noqa: E402
 from peerify_dagster.sample_venue.snapshot import SampleVenueError, build_snapshot_files, write_snapshot  # noqa: E402
 

@@ -24,26 +24,29 @@ import tempfile
 import time
 from pathlib import Path
 
-# Running the script directly puts scripts/ on sys.path, not the repository root.
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 import dagster as dg  # noqa: E402
 
 from peerify_dagster import paths  # noqa: E402
 from peerify_dagster.definitions import build_resources, defs  # noqa: E402
-from peerify_dagster.partitions import add_venue_partitions, prediction_key  # noqa: E402
-from peerify_dagster.resources.dagster_resources import PredictionConfigurationsResource  # noqa: E402
-from peerify_dagster.domain.venues import load_registry  # noqa: E402
-from peerify_dagster.partitions import venue_partitions  # noqa: E402
-from peerify_dagster.resources.dagster_resources import VenueRegistryResource  # noqa: E402
 from peerify_dagster.domain.llm_stages import VENUE_CALL_ID_COLUMNS  # noqa: E402
 from peerify_dagster.domain.prompts import available_prompts, template_hash  # noqa: E402
+from peerify_dagster.domain.venues import load_registry  # noqa: E402
+from peerify_dagster.partitions import (  # noqa: E402
+    add_venue_partitions,
+    prediction_key,
+    venue_partitions,  # noqa: E402
+)
+from peerify_dagster.resources.dagster_resources import (
+    PredictionConfigurationsResource,  # noqa: E402
+    VenueRegistryResource,  # noqa: E402
+)
 from peerify_dagster.resources.llm_gateway import CallLedger  # noqa: E402
 from peerify_dagster.resources.llm_recording import install_recording, write_recording  # noqa: E402
 
 VENUE = "sample"
 # The venue's steps that call a model, and everything they and the predictions read.
-LLM_STEPS = dg.AssetSelection.assets(*VENUE_CALL_ID_COLUMNS, "retrieval_runs").upstream().required_multi_asset_neighbors()
+LLM_STEPS = dg.AssetSelection.assets(*VENUE_CALL_ID_COLUMNS,
+                                     "retrieval_runs").upstream().required_multi_asset_neighbors()
 
 
 def live_registry(folder: Path) -> Path:

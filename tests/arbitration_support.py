@@ -9,13 +9,13 @@ from pathlib import Path
 import dagster as dg
 import polars as pl
 
-from assets.claims import CLAIM_TYPE_SCHEMA, REVIEW_CLAIM_SCHEMA
-from assets.labels import CLAIM_LABEL_SCHEMA
-from peerify_dagster.resources.lake import Lake
-from peerify_dagster.resources.llm_gateway import LEDGER_SCHEMA, CallLedger
+from peerify_dagster.assets.claims import CLAIM_TYPE_SCHEMA, REVIEW_CLAIM_SCHEMA
+from peerify_dagster.assets.labels import CLAIM_LABEL_SCHEMA
 from peerify_dagster.definitions import build_resources
 from peerify_dagster.partitions import venue_partitions
 from peerify_dagster.resources.dagster_resources import VenueRegistryResource
+from peerify_dagster.resources.lake import Lake
+from peerify_dagster.resources.llm_gateway import LEDGER_SCHEMA, CallLedger
 from tests.support import ALL_ASSETS
 
 # Distinctive names, so a test can prove they never reach the queue or an export.

@@ -1,7 +1,7 @@
 """Running the real `peerify` command in a subprocess, isolated from the caller's environment (the helpers live in
-peerify_dagster/testing/cli.py, shared with benchmarks/fault_table.py)."""
+tests/fakes/cli.py, shared with benchmarks/fault_table.py)."""
 
-from peerify_dagster.testing.cli import (  # noqa: F401 - re-exported for the tests
+from tests.fakes.cli import (  # noqa: F401 - re-exported for the tests
     CliResult,
     cli_env,
     dead_pid,

@@ -242,7 +242,8 @@ SUPERSCRIPT_PARAGRAPH = (
     "Peer review decides what science gets published, yet reviewers misread papers. We study retrieval "
     "pipelines"
 )
-SUPERSCRIPT_PARAGRAPH_END = "and verifiers that check each claim against the paper itself, and we release every component for reuse."
+SUPERSCRIPT_PARAGRAPH_END = ("and verifiers that check each claim against the paper itself, and we release every "
+                             "component for reuse.")
 FOOTNOTE_TEXT = "Our code is public at example.org/verify."
 # A run-in heading without a period: its words stay the start of the paragraph.
 RUN_IN_LEAD = "Document Representation"
@@ -482,7 +483,8 @@ def broken_encoding_paper() -> bytes:
     def scramble(writer: PdfWriter) -> None:
         encoding = DictionaryObject({
             NameObject("/Type"): NameObject("/Encoding"),
-            NameObject("/Differences"): ArrayObject([NumberObject(32)] + [NameObject(f"/g{code}") for code in range(32, 256)]),
+            NameObject("/Differences"): ArrayObject([NumberObject(32)]
+                                                    + [NameObject(f"/g{code}") for code in range(32, 256)]),
         })
         for page in writer.pages:
             fonts = page["/Resources"]["/Font"]

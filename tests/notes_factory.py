@@ -12,7 +12,8 @@ def wrap(**fields) -> dict:
 def note(note_id: str, forum: str, invitation_suffix: str, signer: str, replyto: str | None, cdate: int,
          number: int = 1, **content) -> dict:
     paper = f"{VENUE}/Submission{number}"
-    invitation = f"{VENUE}/-/{invitation_suffix}" if invitation_suffix == "Submission" else f"{paper}/-/{invitation_suffix}"
+    owner = VENUE if invitation_suffix == "Submission" else paper
+    invitation = f"{owner}/-/{invitation_suffix}"
     signature = signer if signer.startswith((VENUE, "~")) else f"{paper}/{signer}"
     return {
         "id": note_id, "forum": forum, "replyto": replyto, "number": number, "invitations": [invitation],
@@ -30,13 +31,15 @@ def neurips_style_forum(forum: str = "P1", number: int = 1) -> list[dict]:
              strengths="Good.", weaknesses="No ablation.", questions="Why?", limitations="Few datasets.",
              rating="6: marginally above the acceptance threshold", confidence="4: confident"),
         note("R2", forum, "Official_Review", "Reviewer_bbbb", forum, 210, number, summary="Sum two.",
-             strengths="Clear.", weaknesses="Weak baselines.", questions="", rating="3: reject", confidence="2: unsure"),
+             strengths="Clear.", weaknesses="Weak baselines.", questions="", rating="3: reject",
+             confidence="2: unsure"),
         note("B1", forum, "Rebuttal", "Authors", "R1", 300, number, rebuttal="We added the ablation in Appendix A."),
         note("B2", forum, "Rebuttal", "Authors", "R2", 310, number, rebuttal="Baselines are standard."),
         note("G1", forum, "Rebuttal", "Authors", forum, 305, number, rebuttal="Global answer to all reviewers."),
         note("F1", forum, "Official_Comment", "Reviewer_aaaa", "B1", 400, number, title="Thanks", comment="Convinced."),
         note("C1", forum, "Official_Comment", "Authors", "F1", 500, number, title="Re", comment="Glad to hear."),
-        note("F2", forum, "Official_Comment", "Reviewer_bbbb", "B1", 450, number, title="Side", comment="Also read it."),
+        note("F2", forum, "Official_Comment", "Reviewer_bbbb", "B1", 450, number, title="Side", comment="Also read "
+             "it."),
         note("M1", forum, "Meta_Review", "Area_Chair_cccc", forum, 600, number, metareview="Accept.",
              recommendation="Accept (poster)"),
         note("D1", forum, "Decision", f"{VENUE}/Program_Chairs", forum, 700, number, title="Paper Decision",

@@ -10,7 +10,7 @@ from peerify_dagster.definitions import build_resources, defs
 from peerify_dagster.jobs import build_venue_job
 from peerify_dagster.partitions import add_venue_partitions, prediction_key
 from peerify_dagster.resources.dagster_resources import OpenReviewResource, VenueRegistryResource
-from peerify_dagster.testing.cli import (  # noqa: F401 - re-exported
+from tests.fakes.cli import (  # noqa: F401 - re-exported
     SAMPLE,
     SAMPLE_DIR,
     SAMPLE_RECORDING,

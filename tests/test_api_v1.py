@@ -17,9 +17,15 @@ from peerify_dagster.domain.venues import DEFAULT_API_URL, RegistryError, load_r
 from peerify_dagster.resources.dagster_resources import OpenReviewResource
 from peerify_dagster.resources.lake import Lake
 from peerify_dagster.resources.openreview import (
-    DEFAULT_API_V1_URL, HttpPolicy, SnapshotReader, api_url_for, make_client, probe_api_version, resolve_api_version,
+    DEFAULT_API_V1_URL,
+    HttpPolicy,
+    SnapshotReader,
+    api_url_for,
+    make_client,
+    probe_api_version,
+    resolve_api_version,
 )
-from peerify_dagster.testing.openreview_server import FakeOpenReviewServer
+from tests.fakes.openreview_server import FakeOpenReviewServer
 from tests.notes_factory import V1_VENUE, v1_forum
 from tests.real_data import ICLR_2020, V1_DIR, needs, v1_replies, v1_submission, write_snapshot, write_v1_snapshot
 from tests.support import SAMPLE, materialise, write_registry

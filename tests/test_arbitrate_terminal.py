@@ -15,7 +15,7 @@ import pexpect
 import polars as pl
 import pytest
 
-from assets.arbitration import QUEUE_SCHEMA
+from peerify_dagster.assets.arbitration import QUEUE_SCHEMA
 from peerify_dagster.domain.labels import NOT_DETERMINED as D
 from peerify_dagster.domain.labels import NOT_SUPPORTED as N
 from peerify_dagster.domain.labels import PARTIALLY_SUPPORTED as P

@@ -19,7 +19,8 @@ def test_domain_does_not_import_dagster():
 
 
 REPO = Path(__file__).resolve().parents[1]
-# Modules outside assets/ that need asset definitions themselves (not shared schemas or helpers): the code location,
+# Modules outside peerify_dagster/assets/ that need asset definitions themselves (not shared schemas or helpers): the
+# code location,
 # and `peerify build`, which reads the predictions asset's inputs.
 ASSET_IMPORTERS = {"peerify_dagster/definitions.py", "peerify_dagster/cli/build.py"}
 
@@ -36,12 +37,13 @@ def imported_modules(path: Path) -> set[str]:
 
 
 def asset_imports(path: Path) -> list[str]:
-    return sorted(name for name in imported_modules(path) if name.startswith("assets."))
+    return sorted(name for name in imported_modules(path) if name.startswith("peerify_dagster.assets."))
 
 
 def test_asset_modules_do_not_import_each_other():
     """Shared schemas and helpers live in peerify_dagster/domain or peerify_dagster/resources, never in an asset."""
-    offenders = {str(path.relative_to(REPO)): found for path in sorted((REPO / "assets").glob("*.py"))
+    stages = REPO / "peerify_dagster" / "assets"
+    offenders = {str(path.relative_to(REPO)): found for path in sorted(stages.glob("*.py"))
                  if (found := asset_imports(path))}
     assert offenders == {}
 

@@ -13,9 +13,9 @@ from dagster._core.events import DagsterEventType
 
 from peerify_dagster.cli.build import venue_summary
 from peerify_dagster.definitions import build_resources
-from peerify_dagster.sensors import catalog_refresh_sensor
 from peerify_dagster.resources.dagster_resources import LakeResource, VenueRegistryResource
 from peerify_dagster.resources.lake import Lake
+from peerify_dagster.sensors import catalog_refresh_sensor
 from tests.cli_support import cli_env, hold_catalog, peerify
 from tests.support import ALL_ASSETS, materialise, sample_registry
 

@@ -10,10 +10,10 @@ from dataclasses import replace
 import dagster as dg
 import pytest
 
-import assets.forum_tables
-import assets.manuscripts
-from peerify_dagster.domain.chunking import Chunk
+from peerify_dagster.assets import forum_tables as forum_tables_stage
+from peerify_dagster.assets import manuscripts as manuscripts_stage
 from peerify_dagster.definitions import build_resources
+from peerify_dagster.domain.chunking import Chunk
 from peerify_dagster.partitions import venue_partitions
 from peerify_dagster.resources.dagster_resources import VenueRegistryResource
 from tests.support import ALL_ASSETS, materialise, sample_registry
@@ -75,14 +75,14 @@ def test_each_forum_table_check_fails_and_names_the_bad_row(case, ingested, tmp_
     registry, built_lake = ingested
     shutil.copytree(built_lake, tmp_path / "lake")
     broken: list[str] = []
-    real_build_tables = assets.forum_tables.build_tables
+    real_build_tables = forum_tables_stage.build_tables
 
     def build_with_a_bad_row(*args, **kwargs):
         built = real_build_tables(*args, **kwargs)
         broken.append(breaks(built.rows))
         return built
 
-    monkeypatch.setattr(assets.forum_tables, "build_tables", build_with_a_bad_row)
+    monkeypatch.setattr(forum_tables_stage, "build_tables", build_with_a_bad_row)
     result = rebuild(FORUM_TABLES_AND_READERS, registry, tmp_path / "lake")
 
     evaluation = _evaluation(result, table, check)
@@ -129,7 +129,7 @@ def test_each_chunk_check_fails_and_names_the_bad_chunk(check, parsed, tmp_path,
     registry, built_lake = parsed
     shutil.copytree(built_lake, tmp_path / "lake")
     broken: list[str] = []
-    real_chunk_document = assets.manuscripts.chunk_document
+    real_chunk_document = manuscripts_stage.chunk_document
 
     def chunking_with_a_bad_chunk(paper_id, blocks, config):
         chunks = real_chunk_document(paper_id, blocks, config)
@@ -139,7 +139,7 @@ def test_each_chunk_check_fails_and_names_the_bad_chunk(check, parsed, tmp_path,
         broken.append(bad_id)
         return chunks
 
-    monkeypatch.setattr(assets.manuscripts, "chunk_document", chunking_with_a_bad_chunk)
+    monkeypatch.setattr(manuscripts_stage, "chunk_document", chunking_with_a_bad_chunk)
     result = rebuild(CHUNKS_AND_READERS, registry, tmp_path / "lake")
 
     evaluation = _evaluation(result, "chunks", check)

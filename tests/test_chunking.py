@@ -44,8 +44,10 @@ def _body(chunk) -> str:
     ("text", "expected"),
     [
         ("We use BM25, e.g. in Fig. 3. It works.", ["We use BM25, e.g. in Fig. 3.", "It works."]),
-        ("Smith et al. (2020) agree, i.e. it holds. Next one.", ["Smith et al. (2020) agree, i.e. it holds.", "Next one."]),
-        ("The gain is 3.5 points in Sec. 3 of the paper. Done!", ["The gain is 3.5 points in Sec. 3 of the paper.", "Done!"]),
+        ("Smith et al. (2020) agree, i.e. it holds. Next one.", ["Smith et al. (2020) agree, i.e. it holds.", "Next "
+                                                                 "one."]),
+        ("The gain is 3.5 points in Sec. 3 of the paper. Done!", ["The gain is 3.5 points in Sec. 3 of the paper.",
+                                                                  "Done!"]),
         ("J. Smith wrote it. Really? Yes.", ["J. Smith wrote it.", "Really?", "Yes."]),
     ],
 )
@@ -173,7 +175,8 @@ def test_references_and_checklists_are_left_out_unless_configured() -> None:
     assert [chunk.kind for chunk in chunk_document("p1", blocks)] == ["abstract", "appendix"]
     everything = chunk_document("p1", blocks, ChunkingConfig(exclude_kinds=()))
     assert [chunk.kind for chunk in everything] == ["abstract", "reference", "appendix", "checklist"]
-    assert not any("A Title" in chunk.text or "Ada Lovelace" in chunk.text or "4 5" in chunk.text for chunk in everything)
+    assert not any("A Title" in chunk.text or "Ada Lovelace" in chunk.text or "4 "
+                   "5" in chunk.text for chunk in everything)
 
 
 @pytest.mark.parametrize(
@@ -211,7 +214,8 @@ def test_ids_are_stable_and_derived_from_order_and_text() -> None:
 def test_chunks_of_a_parsed_pdf_keep_sentences_and_sections() -> None:
     document = DocumentParser().parse(fixtures_pdf.structured_paper(), "structured.pdf")
     chunks = chunk_document(document.paper_id, document.blocks)
-    again = chunk_document(document.paper_id, DocumentParser().parse(fixtures_pdf.structured_paper(), "structured.pdf").blocks)
+    again = chunk_document(document.paper_id, DocumentParser().parse(fixtures_pdf.structured_paper(),
+                                                                     "structured.pdf").blocks)
     assert [chunk.chunk_id for chunk in chunks] == [chunk.chunk_id for chunk in again]
     assert all(chunk.text.strip() for chunk in chunks)
     for sentence in fixtures_pdf.CROSS_PAGE_SENTENCES:
@@ -254,9 +258,9 @@ REGISTRY = """venues:
 def test_registry_chunking_options_drive_the_chunks_asset(tmp_path: Path) -> None:
     import polars as pl
 
-    from assets.manuscripts import chunking_config, paper_chunk_rows
-    from peerify_dagster.resources.parsed_tables import PARSED_SCHEMA
+    from peerify_dagster.assets.manuscripts import chunking_config, paper_chunk_rows
     from peerify_dagster.resources.dagster_resources import VenueRegistryResource
+    from peerify_dagster.resources.parsed_tables import PARSED_SCHEMA
 
     registry = tmp_path / "venues.yaml"
     registry.write_text(REGISTRY)

@@ -25,7 +25,7 @@ import dagster as dg
 import polars as pl
 import pytest
 
-from assets.citations import entries_of
+from peerify_dagster.assets.citations import entries_of
 from peerify_dagster.definitions import build_resources
 from peerify_dagster.domain.citations.metrics import STAGES
 from peerify_dagster.domain.frames import rows_where
@@ -33,11 +33,11 @@ from peerify_dagster.resources.dagster_resources import VenueRegistryResource
 from peerify_dagster.resources.lake import Lake
 from peerify_dagster.resources.openreview import HttpPolicy
 from peerify_dagster.resources.scholarly import ScholarlyClient
-from peerify_dagster.testing.loopback import FaultRule, RecordedRequest
-from peerify_dagster.testing.openai_server import ScriptedOpenAIServer
-from peerify_dagster.testing.scholarly_server import CorpusWork, FakeScholarlyServer
 from tests import fixtures_pdf
 from tests.citation_support import run_citation_job, write_citation_venue
+from tests.fakes.loopback import FaultRule, RecordedRequest
+from tests.fakes.openai_server import ScriptedOpenAIServer
+from tests.fakes.scholarly_server import CorpusWork, FakeScholarlyServer
 from tests.support import ALL_ASSETS
 from tests.test_verification_assets import models_file
 

@@ -26,9 +26,9 @@ from peerify_dagster.domain.citations.sentences import split_sentences
 from peerify_dagster.domain.frames import rows_where
 from peerify_dagster.domain.predictions import estimated_tokens
 from peerify_dagster.resources.lake import Lake
-from peerify_dagster.testing.openai_server import ScriptedOpenAIServer
 from tests import fixtures_pdf
 from tests.citation_support import run_citation_job, write_citation_venue
+from tests.fakes.openai_server import ScriptedOpenAIServer
 from tests.support import materialization_metadata
 from tests.test_verification_assets import models_file
 

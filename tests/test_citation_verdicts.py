@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from peerify_dagster.domain.citations.detection import CLAIM_TYPES
 from peerify_dagster.domain.citations.verdicts import (
     CITATION_LABELS,
     NOT_ENOUGH_INFORMATION,
@@ -29,12 +30,11 @@ from peerify_dagster.domain.citations.verdicts import (
     too_long,
     verdict_variables,
 )
-from peerify_dagster.domain.citations.detection import CLAIM_TYPES
 from peerify_dagster.domain.citations.vocabulary import HEDGE_LEVELS
 from peerify_dagster.domain.llm_calls import parse_answer, validate_against_schema
 from peerify_dagster.domain.prompts import load_prompt
 from peerify_dagster.resources.llm_gateway import LLMGateway
-from peerify_dagster.testing.openai_server import ScriptedOpenAIServer
+from tests.fakes.openai_server import ScriptedOpenAIServer
 
 CITANCE = "Dropout may reduce overfitting in deep networks [12]."
 PASSAGES = [("sha256:ab:w3.0-2", "We show that dropout reduces overfitting. It improves test error on MNIST."),

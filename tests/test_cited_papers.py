@@ -46,9 +46,9 @@ from peerify_dagster.resources.cited_papers import (
 )
 from peerify_dagster.resources.document_parser import DocumentParser
 from peerify_dagster.resources.openreview import HttpPolicy
-from peerify_dagster.testing.loopback import FaultRule
-from peerify_dagster.testing.paper_server import ArxivPaper, PaperServer
 from tests import fixtures_pdf
+from tests.fakes.loopback import FaultRule
+from tests.fakes.paper_server import ArxivPaper, PaperServer
 from tests.real_data import REAL_DATA, needs
 
 PDFS = REAL_DATA / "pdfs"
@@ -272,7 +272,8 @@ def test_a_batch_with_every_bad_full_text_names_each_reason_and_resolves_the_res
     assert missing.reason.startswith(f"arxiv {server.url}/pdf/2401.09999: http_404")
     # Only full texts that were taken are in the lake; both hits of the same bytes are one file.
     stored = sorted(path.name for path in (tmp_path / "lake" / CITED_PDFS_DIR).iterdir())
-    assert stored == sorted({f"{hashlib.sha256(GROUNDED).hexdigest()}.pdf", f"{hashlib.sha256(DEFECTS).hexdigest()}.pdf"})
+    assert stored == sorted({f"{hashlib.sha256(GROUNDED).hexdigest()}.pdf",
+                             f"{hashlib.sha256(DEFECTS).hexdigest()}.pdf"})
     searches = [request for request in server.requests if request.path == "/api/query"]
     assert [request.params["search_query"] for request in searches] == [
         'ti:"grounded verification of reviewer claims"']

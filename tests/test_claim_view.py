@@ -9,7 +9,6 @@ import json
 import polars as pl
 import pytest
 
-from peerify_dagster.domain.regions import pages_of
 from peerify_dagster.domain.claim_view import (
     ANSWER_KEY,
     LABELLERS_DISAGREE,
@@ -28,6 +27,7 @@ from peerify_dagster.domain.claim_view import (
     slice_rows,
 )
 from peerify_dagster.domain.llm_calls import answer_justification
+from peerify_dagster.domain.regions import pages_of
 
 REVIEW = "Summary: A method.\n\nWeaknesses: - The experiments stop at 100k nodes. - The paper is long."
 
@@ -219,7 +219,7 @@ def test_the_claim_page_joins_everything_known_about_the_claim():
     assert detail.source_title == "Review r1"
     assert [s.source for s in detail.sources] == ["manuscript", "thread"]
     thread = detail.sources[1]
-    assert [l.labeller for l in thread.labellers] == ["a", "b"] and thread.canonical["provenance"] == "agreed"
+    assert [label.labeller for label in thread.labellers] == ["a", "b"] and thread.canonical["provenance"] == "agreed"
     assert thread.labellers[0].justification == "the reply agrees" and thread.same_evidence
     manuscript = detail.sources[0]
     assert manuscript.labellers[1].justification == "from the ledger" and manuscript.labellers[1].parse_ok is False

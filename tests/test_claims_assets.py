@@ -25,7 +25,7 @@ import pytest
 from peerify_dagster.domain import claims as rules
 from peerify_dagster.domain.paper_claims import excluded_section
 from peerify_dagster.resources.lake import Lake
-from peerify_dagster.testing.openai_server import ScriptedOpenAIServer
+from tests.fakes.openai_server import ScriptedOpenAIServer
 from tests.support import SAMPLE, materialise, materialization_metadata, sample_registry
 
 CLAIM_ASSETS = ["review_claims", "claim_types", "paper_claims", "retrieval_metrics"]

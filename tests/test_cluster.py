@@ -33,9 +33,17 @@ from peerify_dagster.paths import REPO_ROOT
 from peerify_dagster.resources.lake import CATALOG_FILE, LEDGER_DIR, partition_slug
 from peerify_dagster.resources.runs import recover_dead_runs
 from peerify_dagster.resources.shard_io import SHARDS_DIR
-from peerify_dagster.testing.cli import (LEDGER_COLUMNS, SAMPLE_RECORDING, cli_env, descendants, peerify, sample_registry,
-                                         start_peerify, stop_process)
-from peerify_dagster.testing.services import SeaweedS3Service
+from tests.fakes.cli import (
+    LEDGER_COLUMNS,
+    SAMPLE_RECORDING,
+    cli_env,
+    descendants,
+    peerify,
+    sample_registry,
+    start_peerify,
+    stop_process,
+)
+from tests.fakes.services import SeaweedS3Service
 
 VENUE = "sample"
 BUCKET, PREFIX = "cluster-lake", "sample-lake"

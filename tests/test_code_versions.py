@@ -21,7 +21,7 @@ from peerify_dagster.domain.code_versions import reached_names
 from peerify_dagster.lineage import graph_snapshot, read_snapshot, snapshot_differences
 
 REPO = Path(__file__).resolve().parents[1]
-COPIED = ("peerify_dagster", "assets", "sql", "cluster", "venues.yaml", "configurations.yaml", "models.yaml",
+COPIED = ("peerify_dagster", "sql", "cluster", "venues.yaml", "configurations.yaml", "models.yaml",
           "dagster.yaml", "workspace.yaml", "pyproject.toml", "asset_graph.json")
 FORUM_TABLES = {"author_responses", "chair_comments", "decisions", "meta_reviews", "note_errors", "public_comments",
                 "review_threads", "reviewer_followups", "reviews", "status_notes", "submissions"}
@@ -103,7 +103,8 @@ def test_every_asset_has_a_derived_version_independent_of_where_the_code_lies(ba
 
 def test_comments_docstrings_and_formatting_change_no_version(baseline, tmp_path):
     root = copy_project(tmp_path / "project")
-    edit(root, "peerify_dagster/domain/forum_tables.py", "def _review_row(venue: str, note: dict) -> dict:\n    row = {",
+    edit(root, "peerify_dagster/domain/forum_tables.py", "def _review_row(venue: str, note: dict) -> dict:\n    row = "
+         "{",
          'def _review_row(venue: str, note: dict) -> dict:\n    """A docstring added."""\n    # a comment\n\n'
          "    row = {  # why\n")
     edit(root, "peerify_dagster/domain/citations/metadata.py", "TITLE_CONTRADICTION = 0.6",
@@ -155,7 +156,7 @@ def test_module_aliases_re_exports_and_prompts_are_followed():
     # document_parser takes LAYOUT_VERSION from the layout package, which re-exports it from layout/blocks.py
     assert "peerify_dagster.domain.layout.blocks:LAYOUT_VERSION" in _reached("parsed_manuscripts")
     # a parameter named like a module-level asset is the parameter: claim_types' ops never reach review_claims's
-    assert "assets.claims:review_claims" not in _reached("claim_types")
+    assert "peerify_dagster.assets.claims:review_claims" not in _reached("claim_types")
 
 
 def test_the_llm_stage_registry_is_what_the_assets_really_call():
@@ -193,7 +194,7 @@ def hand_written_versions(source: str, filename: str) -> list[str]:
 
 
 def test_no_code_version_is_written_by_hand():
-    files = sorted([*(REPO / "assets").rglob("*.py"), *(REPO / "peerify_dagster").rglob("*.py")])
+    files = sorted((REPO / "peerify_dagster").rglob("*.py"))
     found = [line for path in files
              for line in hand_written_versions(path.read_text(encoding="utf-8"), str(path.relative_to(REPO)))]
     assert found == []
@@ -273,7 +274,8 @@ def test_dagster_marks_exactly_the_edited_code_stale(tmp_path):
     assert not {"paper_sample", "raw_openreview_notes", "forum_crawl_log"} & {row[0] for row in rows}
 
 
-# -- the analysis itself, on a package written here ---------------------------------------------------------------------
+# -- the analysis itself, on a package written here
+# ---------------------------------------------------------------------
 
 FIXTURE = {
     "__init__.py": "from fixturepkg.rules import threshold as threshold\n",

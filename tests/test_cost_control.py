@@ -14,11 +14,17 @@ import pyarrow.parquet as pq
 import pytest
 from dagster._core.instance.ref import InstanceRef
 
-from assets.claims import CLAIM_TYPE_SCHEMA, DROPPED_SCHEMA, PAPER_CLAIM_GAP_SCHEMA, PAPER_CLAIM_SCHEMA, REVIEW_CLAIM_SCHEMA
-from assets.citations import ENRICHMENT_SCHEMA, VERDICT_SCHEMA
-from assets.labels import CLAIM_LABEL_SCHEMA
-from assets.predictions import PREDICTION_SCHEMA
 from peerify_dagster import cli
+from peerify_dagster.assets.citations import ENRICHMENT_SCHEMA, VERDICT_SCHEMA
+from peerify_dagster.assets.claims import (
+    CLAIM_TYPE_SCHEMA,
+    DROPPED_SCHEMA,
+    PAPER_CLAIM_GAP_SCHEMA,
+    PAPER_CLAIM_SCHEMA,
+    REVIEW_CLAIM_SCHEMA,
+)
+from peerify_dagster.assets.labels import CLAIM_LABEL_SCHEMA
+from peerify_dagster.assets.predictions import PREDICTION_SCHEMA
 from peerify_dagster.domain.llm_stages import LLM_STAGES, prompts_by_role
 from peerify_dagster.domain.predictions import load_configurations
 from peerify_dagster.domain.venues import Venue, load_registry
@@ -28,8 +34,8 @@ from peerify_dagster.resources.files import TEMPORARY_NAME
 from peerify_dagster.resources.lake import Lake
 from peerify_dagster.resources.llm_gateway import LLMGateway
 from peerify_dagster.resources.llm_gateway.registry import ModelRegistry
-from peerify_dagster.testing.openai_server import ScriptedOpenAIServer
 from tests.cli_support import cli_env, fresh_home, peerify, start_peerify
+from tests.fakes.openai_server import ScriptedOpenAIServer
 from tests.support import SAMPLE_RECORDING, sample_registry
 from tests.test_claims_assets import scripted_answer
 

@@ -18,14 +18,13 @@ from pathlib import Path
 
 import dagster as dg
 import polars as pl
-import pytest
-
 import pyarrow.parquet as pq
+import pytest
 
 from peerify_dagster.resources.lake import Lake
 from peerify_dagster.resources.llm_recording import install_recording
 from peerify_dagster.resources.runs import PID_TAG
-from peerify_dagster.testing.cli import (
+from tests.fakes.cli import (
     SAMPLE_RECORDING,
     CliResult,
     KilledBuild,

@@ -53,7 +53,7 @@ def test_compute_functions_are_the_users_functions_of_an_asset_and_of_a_graphs_o
     assert [f.__name__ for f in compute_functions(_by_name("canonical_labels"))] == ["canonical_labels"]
     functions = list(compute_functions(_by_name("chunk_embeddings")))
     assert {f.__name__ for f in functions} == {"split_chunks", "embed_shard", "assemble_embeddings"}
-    assert all(inspect.isfunction(f) and f.__module__ == "assets.embeddings" for f in functions)
+    assert all(inspect.isfunction(f) and f.__module__ == "peerify_dagster.assets.embeddings" for f in functions)
 
 
 def _versioned(version: str) -> dg.AssetsDefinition:

@@ -129,7 +129,8 @@ def test_an_interrupted_append_is_ignored_whole(tmp_path):
     contents = ledger.read()
     assert contents.decisions == [kept]
     assert [p.line_number for p in contents.problems] == [2, 3, 4]
-    assert "an interrupted write" in contents.problems[0].reason and "2 line(s) are readable" in contents.problems[0].reason
+    reason = contents.problems[0].reason
+    assert "an interrupted write" in reason and "2 line(s) are readable" in reason
 
 
 def test_a_line_of_another_venue_or_kind_is_reported(tmp_path):

@@ -214,7 +214,8 @@ def test_html_manuscript_keeps_structure(parser: DocumentParser) -> None:
 
 
 def test_plain_text_manuscript(parser: DocumentParser) -> None:
-    text = "Grounded Verification\n\n1 Introduction\n\nWe verify claims. The verifier is fast-\ner than before.\n\nReferences\n\n[1] A. Author. A paper. 2020.\n"
+    text = ("Grounded Verification\n\n1 Introduction\n\nWe verify claims. The verifier is fast-\ner than before."
+            "\n\nReferences\n\n[1] A. Author. A paper. 2020.\n")
     document = parser.parse(text.encode(), "paper.txt")
     assert document.parser == "plain-text"
     assert _blocks_of_kind(document, "heading") == ["1 Introduction", "References"]
@@ -251,7 +252,8 @@ def test_sample_venue_headings_and_evidence_survive_parsing_and_chunking(parser:
             sentence = _squash(evidence["sentence"])
             holders = [chunk for chunk in chunks if sentence in _squash(chunk.text)]
             assert holders, f"{claim['id']}: evidence sentence not whole in any chunk of {pdf.name}"
-            assert evidence["section"] in holders[0].section_path, f"{claim['id']}: wrong section {holders[0].section_path}"
+            assert evidence["section"] in holders[0].section_path, \
+                f"{claim['id']}: wrong section {holders[0].section_path}"
             checked_evidence += 1
     assert checked_evidence or not claims
 

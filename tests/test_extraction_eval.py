@@ -4,13 +4,13 @@ choices, on hand-computed examples; and the release evaluation on three reviews 
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from peerify_dagster.domain.extraction_eval import Scores, balanced_threshold, match_claims, threshold_for_false_rate
+from tests.benchmark_scripts import load_benchmark
 
 RELEASE = Path(__file__).resolve().parents[2] / "shared" / "peerify-release"
 
@@ -49,9 +49,7 @@ def test_balanced_threshold_separates_the_two_sets():
 @pytest.mark.skipif(not (RELEASE / "B3_reviewer_paper.jsonl").is_file(),
                     reason=f"published release not found at {RELEASE} (../shared/peerify-release)")
 def test_release_evaluation_on_three_reviews_with_the_local_model(tmp_path, monkeypatch):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-    import eval_claim_extraction
-
+    eval_claim_extraction = load_benchmark("eval_claim_extraction")
     monkeypatch.delenv("PEERIFY_LLM_PROFILE", raising=False)
     output = tmp_path / "result.json"
     assert eval_claim_extraction.main(["--release", str(RELEASE), "--limit", "3", "--lake", str(tmp_path / "lake"),

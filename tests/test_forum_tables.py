@@ -8,7 +8,10 @@ import pytest
 from peerify_dagster.domain import notes as n
 from peerify_dagster.domain import quality
 from peerify_dagster.domain.forum_tables import (
-    NOTE_TABLES, ForumNotes, build_tables, likely_cause_of_empty_tables,
+    NOTE_TABLES,
+    ForumNotes,
+    build_tables,
+    likely_cause_of_empty_tables,
 )
 from peerify_dagster.domain.sampling import choose_papers
 from tests.notes_factory import VENUE, neurips_style_forum, note, v1_forum, v1_note
@@ -64,7 +67,8 @@ def test_signer_reads_every_signature_not_the_first():
     [
         ("not a note", "not a JSON object"),
         ({"id": "x", "forum": "P1", "invitations": [], "signatures": ["a"], "content": {}}, "invitations"),
-        ({"id": "x", "forum": "P1", "invitations": ["a/-/B"], "signatures": ["s"], "content": {"t": "raw"}}, "not wrapped"),
+        ({"id": "x", "forum": "P1", "invitations": ["a/-/B"], "signatures": ["s"], "content": {"t": "raw"}}, "not "
+         "wrapped"),
         ({"id": "x", "forum": "P1", "invitations": ["a/-/B"], "content": {}}, r"missing field\(s\) signatures"),
     ],
 )

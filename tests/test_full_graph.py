@@ -15,7 +15,7 @@ import pytest
 
 from peerify_dagster.domain.labels import LABELS
 from peerify_dagster.resources.lake import Lake
-from peerify_dagster.testing.openai_server import ScriptedOpenAIServer
+from tests.fakes.openai_server import ScriptedOpenAIServer
 from tests.fixtures_pdf import encrypted_paper, image_only_paper, zero_page_pdf
 from tests.support import (
     SAMPLE,
@@ -116,7 +116,8 @@ def test_chunks_and_stats(sample_graph):
     assert all(cid.startswith(f"{pid}:") for cid, pid in zip(chunks["chunk_id"], chunks["paper_id"]))
     assert (chunks["word_count"] > 0).all()
     # Reference lists are parsed (see parsed_manuscripts) but are not retrieval units by default.
-    assert {"paragraph", "caption", "table", "appendix"} <= set(chunks["kind"]) and "reference" not in set(chunks["kind"])
+    assert {"paragraph", "caption", "table",
+            "appendix"} <= set(chunks["kind"]) and "reference" not in set(chunks["kind"])
 
 
 def test_rebuild_embeds_nothing_calls_no_model_and_is_identical(sample_graph):
@@ -152,7 +153,8 @@ def test_retrieval_runs_and_metrics(sample_graph):
     assert (measured["n_claims"] > 20).all()
     for column in ("recall@1", "recall@5", "recall@10", "ndcg@10", "mrr@10"):
         assert measured[column].is_between(0.0, 1.0).all(), column
-    assert (measured["recall@1"] <= measured["recall@5"]).all() and (measured["recall@5"] <= measured["recall@10"]).all()
+    assert (measured["recall@1"] <= measured["recall@5"]).all()
+    assert (measured["recall@5"] <= measured["recall@10"]).all()
     unavailable = metrics.filter(pl.col("status") == "unavailable")
     assert set(unavailable["retriever"]) == {"bm25+rerank", "dense+rerank", "hybrid+rerank"}
     assert all("cross-encoder" in r for r in unavailable["reason"])

@@ -10,14 +10,14 @@ import dagster as dg
 import polars as pl
 import pytest
 
-import assets.forum_tables
+from peerify_dagster.assets import forum_tables as forum_tables_stage
 from peerify_dagster.definitions import defs
 from peerify_dagster.partitions import venue_partitions
 from peerify_dagster.resources.dagster_resources import OpenReviewResource
 from peerify_dagster.resources.lake import Lake
 from peerify_dagster.resources.openreview import SnapshotReader
-from peerify_dagster.testing.loopback import FaultRule
-from peerify_dagster.testing.openreview_server import FakeOpenReviewServer
+from tests.fakes.loopback import FaultRule
+from tests.fakes.openreview_server import FakeOpenReviewServer
 from tests.notes_factory import v1_note
 from tests.support import SAMPLE, materialise, sample_registry, write_registry
 
@@ -115,14 +115,14 @@ def test_every_sample_note_is_accounted_for(sample_build):
 
 def test_a_lost_note_fails_the_blocking_accounting_check_with_its_forum(tmp_path, monkeypatch):
     """A classification bug that drops a table's rows (here: every chair comment) must not build green."""
-    real_build_tables = assets.forum_tables.build_tables
+    real_build_tables = forum_tables_stage.build_tables
 
     def losing_chair_comments(*args, **kwargs):
         built = real_build_tables(*args, **kwargs)
         built.rows["chair_comments"] = []
         return built
 
-    monkeypatch.setattr(assets.forum_tables, "build_tables", losing_chair_comments)
+    monkeypatch.setattr(forum_tables_stage, "build_tables", losing_chair_comments)
     result = materialise("sample", sample_registry(tmp_path), tmp_path / "lake", dg.DagsterInstance.ephemeral(),
                          INGESTION)
     assert not result.success

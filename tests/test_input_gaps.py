@@ -14,12 +14,12 @@ import dagster as dg
 import polars as pl
 import pytest
 
-from peerify_dagster.domain.gold_evidence import load_claim_key
 from peerify_dagster.domain import predictions as pred
+from peerify_dagster.domain.gold_evidence import load_claim_key
 from peerify_dagster.resources.lake import Lake
 from peerify_dagster.resources.openreview import MalformedSnapshotFile, OpenReviewCrawler, SnapshotReader, make_client
-from peerify_dagster.testing.openai_server import ScriptedOpenAIServer
-from peerify_dagster.testing.openreview_server import FakeOpenReviewServer
+from tests.fakes.openai_server import ScriptedOpenAIServer
+from tests.fakes.openreview_server import FakeOpenReviewServer
 from tests.support import (
     SAMPLE,
     SAMPLE_DIR,

@@ -5,7 +5,8 @@ own (a font whose name tells no weight), directly above its paragraph; a back-ma
 smaller than the body in that face; an italic subheading of an unnumbered paper; an article-type label at title
 size kept out of the title; a caption whose label carries no mark ("Fig. 2 M-waves ...") told by its small type,
 and the paragraph it interrupts joined across it; a table's rows kept from the caption above it and a heading
-beside a table kept a heading; a journal's notices (licence, dates, correspondence) kept as front matter. With `../shared/real-data/pdfs-journals` present, the same failures are checked on
+beside a table kept a heading; a journal's notices (licence, dates, correspondence) kept as front matter. With
+`../shared/real-data/pdfs-journals` present, the same failures are checked on
 the real journal papers they were found on.
 """
 
@@ -103,7 +104,8 @@ def test_article_type_label_is_kept_out_of_the_title() -> None:
     page.line("Introduction", face=HEADING_FACE, gap=18.0)
     page.paragraph("Heart failure is common:", rows=6)
     blocks = _blocks(page.lines)
-    assert [b.text for b in blocks if b.kind == "title"] == ["Patient Experiences of Structured Heart Failure Programmes"]
+    assert [b.text for b in blocks if b.kind == "title"] == ["Patient Experiences of Structured Heart Failure "
+                                                             "Programmes"]
     assert "Research Article" in next(b.text for b in blocks if b.kind == "authors")
 
 

@@ -5,7 +5,14 @@ from __future__ import annotations
 import pytest
 
 from peerify_dagster.domain.label_metrics import (
-    UNPARSED, accuracy, cohen_kappa, confusion_matrix, distribution_text, dominant_label, macro_f1, majority_baseline,
+    UNPARSED,
+    accuracy,
+    cohen_kappa,
+    confusion_matrix,
+    distribution_text,
+    dominant_label,
+    macro_f1,
+    majority_baseline,
     per_class,
 )
 

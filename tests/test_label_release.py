@@ -318,7 +318,8 @@ def test_a_release_after_a_new_decision_is_refused_until_the_venue_is_rebuilt(re
     released_ids = {json.loads(line)["decision_id"] for line in (folder / rel.DECISIONS).read_text().splitlines()}
     assert decision.decision_id in released_ids
     rows = pl.concat([pl.read_parquet(folder / f"{name}.parquet") for name in SLICES])
-    decided = rows.filter((pl.col("claim_id") == undecided["claim_id"]) & (pl.col("gold_source") == undecided["source"]))
+    decided = rows.filter((pl.col("claim_id") == undecided["claim_id"])
+                          & (pl.col("gold_source") == undecided["source"]))
     assert decided.height and set(decided["gold_decision_ids"].explode()) == {decision.decision_id}
     manifest = json.loads((folder / rel.MANIFEST).read_text())
     shipped = Lake(lake).table_path("benchmark_slices", "sample").read_bytes()
@@ -517,7 +518,8 @@ def test_rebuild_reports_every_row_it_cannot_reproduce(released, copy, tmp_path)
     assert "rebuilt files differing from the release: " in done.stderr
 
 
-# -- the parts ----------------------------------------------------------------------------------------------------------
+# -- the parts
+# ----------------------------------------------------------------------------------------------------------
 def test_the_gateway_replays_a_recorded_call_only_while_its_request_is_unaltered(tmp_path):
     from peerify_dagster.resources.llm_gateway import LLMGateway, ReplayMissError
 
@@ -536,7 +538,7 @@ def test_the_gateway_replays_a_recorded_call_only_while_its_request_is_unaltered
 
 def test_a_release_folder_is_complete_or_absent(tmp_path):
     from peerify_dagster.resources.files import atomic_folder, remove_stale_temporaries
-    from peerify_dagster.testing.cli import dead_pid
+    from tests.fakes.cli import dead_pid
 
     target = tmp_path / "releases" / VERSION
     target.parent.mkdir()

@@ -213,5 +213,5 @@ def test_the_four_rows_check_names_claims_with_missing_duplicate_or_unknown_rows
     assert lab.incomplete_claims(["c1", "c2", "c3", "c4"], full) == []
     broken = [row for row in full if row[:3] != ("c1", "thread", "b")]  # c1 lacks a row
     broken += [("c2", "thread", "a", S)]  # c2 has one twice
-    broken = [(c, s, l, "Maybe" if (c, s, l) == ("c3", "manuscript", "a") else x) for c, s, l, x in broken]
+    broken = [(c, s, who, "Maybe" if (c, s, who) == ("c3", "manuscript", "a") else x) for c, s, who, x in broken]
     assert lab.incomplete_claims(["c1", "c2", "c3", "c4", "c5"], broken) == ["c1", "c2", "c3", "c5"]

@@ -20,11 +20,11 @@ import dagster as dg
 import polars as pl
 import pytest
 
-from peerify_dagster.domain.labels import LABELS, NOT_DETERMINED, NOT_SUPPORTED, SUPPORTED
-from peerify_dagster.resources.lake import Lake
-from peerify_dagster.testing.openai_server import ScriptedOpenAIServer
 from peerify_dagster.definitions import build_resources
+from peerify_dagster.domain.labels import LABELS, NOT_DETERMINED, NOT_SUPPORTED, SUPPORTED
 from peerify_dagster.resources.dagster_resources import VenueRegistryResource
+from peerify_dagster.resources.lake import Lake
+from tests.fakes.openai_server import ScriptedOpenAIServer
 from tests.support import ALL_ASSETS, SAMPLE, materialise, materialization_metadata, sample_registry
 from tests.test_claims_assets import scripted_answer as claim_stage_answer
 
@@ -169,7 +169,8 @@ def test_manuscript_evidence_is_whole_when_it_fits_retrieved_when_not_and_never_
     assert shown.height > 0 and (shown["evidence_tokens"] < a["evidence_tokens"].min()).all()
     # BM25 ranks only chunks sharing a term with the claim: a claim with none is reported, never sent without evidence
     unranked = b.filter(pl.col("call_id").is_null())
-    assert all(error.startswith("no_evidence: retriever bm25") for error in unranked["error"]), unranked["error"].to_list()
+    assert all(error.startswith("no_evidence: retriever "
+                                "bm25") for error in unranked["error"]), unranked["error"].to_list()
     assert unranked["evidence_text"].null_count() == unranked.height
     # manuscript_evidence: whole -> labeller B's window is too small: an error row, no call, nothing shown
     whole_b = tables["claim_labels_whole"].filter(
@@ -184,9 +185,12 @@ def test_manuscript_evidence_is_whole_when_it_fits_retrieved_when_not_and_never_
 
 def test_a_paper_without_manuscript_gets_no_manuscript_rows(built):
     first, _, tables, _ = built
-    rows = tables["claim_labels"].filter((pl.col("source") == "manuscript") & (pl.col("paper_id") == NO_MANUSCRIPT_PAPER))
-    assert rows.height > 0 and set(rows["evidence_mode"]) == {"no_manuscript"} and set(rows["error"]) == {"no_manuscript"}
-    assert rows["label"].null_count() == rows.height and not rows["parse_ok"].any() and rows["call_id"].null_count() == rows.height
+    rows = tables["claim_labels"].filter((pl.col("source") == "manuscript")
+                                         & (pl.col("paper_id") == NO_MANUSCRIPT_PAPER))
+    assert rows.height > 0 and set(rows["evidence_mode"]) == {"no_manuscript"}
+    assert set(rows["error"]) == {"no_manuscript"}
+    assert rows["label"].null_count() == rows.height and not rows["parse_ok"].any()
+    assert rows["call_id"].null_count() == rows.height
     [count] = materialization_metadata(first, "claim_labels", "claims_without_manuscript")
     assert count == rows["claim_id"].n_unique()
 

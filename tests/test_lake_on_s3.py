@@ -26,7 +26,7 @@ from peerify_dagster.resources.lake import Lake
 from peerify_dagster.resources.llm_gateway.batches import BatchRecord, BatchRecords
 from peerify_dagster.resources.llm_gateway.ledger import LEDGER_SCHEMA, CallLedger
 from peerify_dagster.resources.locks import exclusive
-from peerify_dagster.testing.cli import cli_env, peerify
+from tests.fakes.cli import cli_env, peerify
 
 VENUE = "X.cc/2026"
 BUCKET = "lake-on-s3"

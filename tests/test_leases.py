@@ -11,7 +11,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from assets.arbitration import QUEUE_SCHEMA
+from peerify_dagster.assets.arbitration import QUEUE_SCHEMA
 from peerify_dagster.domain import arbitration as arb
 from peerify_dagster.domain import leases
 from peerify_dagster.domain.labels import NOT_SUPPORTED, SUPPORTED

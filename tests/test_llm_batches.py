@@ -1,5 +1,5 @@
 """Models with `batch: true`: `LLMGateway.map` through the OpenAI and Anthropic batch APIs, with the real SDKs over
-HTTP against the loopback batch server (peerify_dagster/testing/batch_server.py), compared with the same calls made
+HTTP against the loopback batch server (tests/fakes/batch_server.py), compared with the same calls made
 one by one against the synchronous fakes. Polling waits go through a recorder that does not sleep."""
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ from peerify_dagster.resources.llm_gateway import (
     ModelRegistry,
 )
 from peerify_dagster.resources.llm_gateway.batches import BATCHES_DIR, COLLECTED, SUBMITTING
-from peerify_dagster.testing.anthropic_server import ScriptedAnthropicServer
-from peerify_dagster.testing.batch_server import BatchServer
-from peerify_dagster.testing.loopback import FaultRule
-from peerify_dagster.testing.openai_server import ScriptedOpenAIServer
+from tests.fakes.anthropic_server import ScriptedAnthropicServer
+from tests.fakes.batch_server import BatchServer
+from tests.fakes.loopback import FaultRule
+from tests.fakes.openai_server import ScriptedOpenAIServer
 from tests.test_llm_gateway import SleepRecorder, ledger_rows
 
 # One model per provider called one by one and its twin through the batch API: the same backend, model id and decoding,

@@ -44,8 +44,8 @@ from peerify_dagster.resources.llm_gateway import (
     RateLimiter,
     ReplayMissError,
 )
-from peerify_dagster.testing.anthropic_server import ScriptedAnthropicServer
-from peerify_dagster.testing.openai_server import Fault, ScriptedOpenAIServer
+from tests.fakes.anthropic_server import ScriptedAnthropicServer
+from tests.fakes.openai_server import Fault, ScriptedOpenAIServer
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -440,7 +440,8 @@ def test_empty_ledger_is_readable_as_a_table_with_every_column(
 def test_anthropic_structured_output_uses_a_forced_tool(
     tmp_path: Path, models_file: Path, env: dict[str, str], anthropic_server: ScriptedAnthropicServer
 ) -> None:
-    anthropic_server.responder = json_answer({"label": "contradicted", "evidence_quotes": [], "justification": "Table 5 exists."})
+    anthropic_server.responder = json_answer({"label": "contradicted", "evidence_quotes": [], "justification": "Table "
+                                              "5 exists."})
     with make_gateway(tmp_path / "lake", models_file, env) as gateway:
         result = gateway.call("labeller_b", "label_rebuttal", CLAIM)
     sent = anthropic_server.requests[0]
@@ -598,7 +599,8 @@ def test_refresh_calls_again_and_appends_a_new_segment(
     with make_gateway(lake, models_file, env) as gateway:
         gateway.call("labeller_a", "label_rebuttal", CLAIM)
     before = {path: path.read_bytes() for path in (lake / "llm_calls").glob("*.parquet")}
-    openai_server.responder = json_answer({"label": "Supported", "evidence_quotes": [], "justification": "second opinion"})
+    openai_server.responder = json_answer({"label": "Supported", "evidence_quotes": [], "justification": "second "
+                                           "opinion"})
     with make_gateway(lake, models_file, env, cache_mode="refresh") as gateway:
         refreshed = gateway.call("labeller_a", "label_rebuttal", CLAIM)
     assert not refreshed.cached and openai_server.request_count == 2
@@ -638,7 +640,8 @@ def test_token_budget_stops_the_batch_cleanly_and_keeps_recorded_calls(
     # Room for two new calls (the cached first one costs nothing); with two calls in flight at once (the model's
     # max_concurrency) one more may start before the second finishes, and no further one.
     with make_gateway(lake, models_file, env, max_tokens=2 * tokens_per_call) as gateway:
-        with pytest.raises(BudgetExceeded, match=rf"tokens reached the run budget of {2 * tokens_per_call} tokens") as raised:
+        with pytest.raises(BudgetExceeded, match=rf"tokens reached the run budget of {2 * tokens_per_call} "
+                           rf"tokens") as raised:
             gateway.map("labeller_a", "label_rebuttal", items[1:])
     made = openai_server.request_count - 1
     assert 2 <= made <= 3 < len(items) - 1

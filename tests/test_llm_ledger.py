@@ -26,7 +26,7 @@ import pytest
 
 from peerify_dagster.resources.lake import Lake
 from peerify_dagster.resources.llm_gateway import CallLedger, LLMGateway
-from peerify_dagster.testing.openai_server import ScriptedOpenAIServer
+from tests.fakes.openai_server import ScriptedOpenAIServer
 
 MODELS_YAML = """
 default_profile: test

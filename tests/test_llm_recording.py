@@ -17,7 +17,13 @@ from peerify_dagster.resources.lake import Lake
 from peerify_dagster.resources.llm_gateway import CallLedger
 from peerify_dagster.resources.llm_gateway.registry import ModelRegistry
 from peerify_dagster.resources.llm_recording import RecordingError, install_recording
-from tests.support import SAMPLE_RECORDING, materialise, materialise_predictions, materialization_metadata, sample_registry
+from tests.support import (
+    SAMPLE_RECORDING,
+    materialise,
+    materialise_predictions,
+    materialization_metadata,
+    sample_registry,
+)
 
 LLM_ASSETS = ("review_claims", "claim_types", "paper_claims", "claim_labels")
 # The configurations `make demo` predicts for the sample (configurations.yaml's `venues: sample:`).

@@ -11,15 +11,21 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from peerify_dagster.domain.shards import shard_key, shard_of
 from peerify_dagster.domain.predictions import load_configurations
-from peerify_dagster.paths import REPO_ROOT
+from peerify_dagster.domain.shards import shard_key, shard_of
 from peerify_dagster.partitions import prediction_key, prediction_partitions, venue_partitions
+from peerify_dagster.paths import REPO_ROOT
 from peerify_dagster.resources.lake import Lake
 from peerify_dagster.resources.shard_io import SHARDS_DIR
 from tests import shard_support
 from tests.shard_support import fail_then_reexecute
-from tests.support import SAMPLE_RECORDING, materialise, materialise_predictions, materialization_metadata, sample_registry
+from tests.support import (
+    SAMPLE_RECORDING,
+    materialise,
+    materialise_predictions,
+    materialization_metadata,
+    sample_registry,
+)
 
 VENUE = "sample"
 SHARDS = 3

@@ -17,7 +17,7 @@ import pytest
 from peerify_dagster.resources import locks
 from peerify_dagster.resources.decisions import DecisionLedger, LedgerError, new_decision
 from peerify_dagster.resources.llm_gateway import LLMGateway
-from peerify_dagster.testing.openai_server import ScriptedOpenAIServer
+from tests.fakes.openai_server import ScriptedOpenAIServer
 
 SPAWN = multiprocessing.get_context("spawn")
 JOIN_TIMEOUT_S = 60

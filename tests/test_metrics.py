@@ -9,7 +9,7 @@ import dagster as dg
 import polars as pl
 import pytest
 
-from assets.predictions import PREDICTION_SCHEMA
+from peerify_dagster.assets.predictions import PREDICTION_SCHEMA
 from peerify_dagster.definitions import build_resources
 from peerify_dagster.domain import metrics as m
 from peerify_dagster.domain.slices import SLICE_SCHEMA

@@ -19,8 +19,8 @@ import requests
 
 from peerify_dagster.resources.openreview import HttpPolicy
 from peerify_dagster.resources.openreview import make_client as production_client
-from peerify_dagster.testing.loopback import FaultRule
-from peerify_dagster.testing.openreview_server import FakeOpenReviewServer, SnapshotError
+from tests.fakes.loopback import FaultRule
+from tests.fakes.openreview_server import FakeOpenReviewServer, SnapshotError
 
 VENUE_ID = "ICLR.cc/2024/Conference"
 SUBMISSION_INVITATION = f"{VENUE_ID}/-/Submission"

@@ -29,7 +29,8 @@ def test_the_shipped_file_holds_the_papers_grid_and_a_small_sample_default():
     assert 1 <= len(sample) < len(configurations.configurations)
     # a venue the file does not list gets the paper's grid, never the sample's demo configurations
     unlisted = {c.name for c in configurations.for_venue("ICLR.cc/2024/Conference")}
-    assert unlisted == set(configurations.other_defaults) and not unlisted & {"hybrid-top3", "full-context-paper-sourced"}
+    assert unlisted == set(configurations.other_defaults) and not unlisted & {"hybrid-top3",
+                                                                              "full-context-paper-sourced"}
 
 
 @pytest.mark.parametrize(("entry", "message"), [
@@ -46,7 +47,7 @@ def test_a_bad_configuration_is_refused_naming_it_and_the_reason(tmp_path, entry
     path = write(tmp_path, f"configurations:\n  fine: {{verifier: verifiers, mode: full_context}}\n  broken: {entry}\n")
     with pytest.raises(pred.ConfigurationError) as error:
         pred.load_configurations(path, MODELS)
-    assert f"configuration 'broken'" in str(error.value) and message in str(error.value)
+    assert "configuration 'broken'" in str(error.value) and message in str(error.value)
     assert str(path) in str(error.value)
 
 

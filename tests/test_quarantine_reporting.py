@@ -13,12 +13,11 @@ from peerify_dagster.partitions import add_venue_partitions, prediction_key
 from peerify_dagster.resources.dagster_resources import VenueRegistryResource
 from peerify_dagster.resources.lake import Lake
 from peerify_dagster.resources.llm_gateway import CallLedger
-from peerify_dagster.testing.cli import cli_env, fresh_home, peerify, write_registry
-from peerify_dagster.testing.openai_server import ScriptedOpenAIServer
+from tests.fakes.cli import cli_env, fresh_home, peerify, write_registry
+from tests.fakes.openai_server import ScriptedOpenAIServer
 from tests.support import ALL_ASSETS, materialization_metadata, sample_registry
 from tests.test_llm_ledger import synthetic_row
 from tests.test_verification_assets import models_file
-
 
 CONFIGURATION = "hybrid-top3"  # a configuration of the shipped configurations.yaml
 

@@ -57,7 +57,9 @@ def export(tmp_path, fmt: str, *extra: str) -> list[dict]:
     out = tmp_path / f"queue.{fmt}"
     assert cli.main(["queue", "export", "--venue", VENUE, "--format", fmt, "--out", str(out), *extra]) == 0
     text = out.read_text()
-    return [json.loads(line) for line in text.splitlines()] if fmt == "jsonl" else list(csv.DictReader(io.StringIO(text)))
+    if fmt == "jsonl":
+        return [json.loads(line) for line in text.splitlines()]
+    return list(csv.DictReader(io.StringIO(text)))
 
 
 def import_file(path, annotator: str = "carol") -> int:

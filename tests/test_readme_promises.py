@@ -17,11 +17,11 @@ from dagster._core.storage.defs_state.base import set_defs_state_storage
 
 from peerify_dagster.definitions import build_resources
 from peerify_dagster.jobs import REFRESH_RUN_CONFIG
-from peerify_dagster.sensors import venue_refresh_schedule
 from peerify_dagster.partitions import venue_partitions
 from peerify_dagster.resources.dagster_resources import LakeResource, OpenReviewResource, VenueRegistryResource
 from peerify_dagster.resources.lake import Lake
-from peerify_dagster.testing.openreview_server import FakeOpenReviewServer
+from peerify_dagster.sensors import venue_refresh_schedule
+from tests.fakes.openreview_server import FakeOpenReviewServer
 from tests.support import ALL_ASSETS, SAMPLE, materialise, write_registry
 
 INGESTION = dg.AssetSelection.groups("ingestion", "forum_tables")

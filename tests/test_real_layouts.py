@@ -156,7 +156,8 @@ def test_appendix_starts_at_the_lettered_section_after_the_references(defects: P
 )
 def test_appendix_starts_only_after_the_main_text(headings: list[str], appendix_from: str | None) -> None:
     elements = [element for heading in headings
-                for element in (LayoutElement("heading", heading, 1), LayoutElement("paragraph", f"Text of {heading}.", 1))]
+                for element in (LayoutElement("heading", heading, 1), LayoutElement("paragraph", f"Text of {heading}.",
+                                                                                    1))]
     blocks = assemble_blocks(elements)
     first = next((block.order for block in blocks if block.in_appendix), None)
     assert first == (next(block.order for block in blocks if block.text == appendix_from) if appendix_from else None)
@@ -292,7 +293,8 @@ def test_real_superscript_lines_stay_in_their_paragraph(parser: DocumentParser) 
 def test_real_neurips_first_page(parser: DocumentParser) -> None:
     document = parser.parse(_pages("2206.10883v3.pdf", 1, 3), "neurips-pages.pdf")
     assert not any("Preprint. Under review" in block.text for block in document.blocks)
-    assert _kind(document, "title") == ["Multi-LexSum: Real-World Summaries of Civil Rights Lawsuits at Multiple Granularities"]
+    assert _kind(document, "title") == ["Multi-LexSum: Real-World Summaries of Civil Rights Lawsuits at Multiple "
+                                        "Granularities"]
     assert _kind(document, "heading")[:4] == ["Abstract", "1 Introduction", "2 Related work",
                                               "2.1 Natural language processing for legal documents"]
     assert _kind(document, "abstract")[0].startswith("With the advent of large language models")

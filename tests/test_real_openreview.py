@@ -14,7 +14,14 @@ import pytest
 from peerify_dagster.domain.forum_tables import ForumNotes, build_tables
 from peerify_dagster.resources.lake import Lake
 from tests.real_data import (
-    ICLR_2026, V2_DIR, needs, raw_submissions, read_json, tracker_forums, tracker_submission, write_v2_snapshot,
+    ICLR_2026,
+    V2_DIR,
+    needs,
+    raw_submissions,
+    read_json,
+    tracker_forums,
+    tracker_submission,
+    write_v2_snapshot,
 )
 from tests.support import materialise, materialization_metadata, write_registry
 

@@ -31,8 +31,8 @@ from peerify_dagster.domain.citations.metadata import (
 from peerify_dagster.domain.citations.options import CitationOptions
 from peerify_dagster.resources.openreview import HttpPolicy
 from peerify_dagster.resources.scholarly import S2_API_KEY_VARIABLE, ScholarlyClient
-from peerify_dagster.testing.loopback import FaultRule
-from peerify_dagster.testing.scholarly_server import CorpusWork, FakeScholarlyServer
+from tests.fakes.loopback import FaultRule
+from tests.fakes.scholarly_server import CorpusWork, FakeScholarlyServer
 
 ALL = ("crossref", "openalex", "semantic_scholar")
 FAST = HttpPolicy(timeout_s=1.0, retries=1, backoff_s=0.01, backoff_max_s=0.05)

@@ -14,8 +14,6 @@ import pytest
 from dagster._core.storage.defs_state.base import set_defs_state_storage
 
 from peerify_dagster import cli
-from peerify_dagster.resources import runs
-from peerify_dagster.sensors import snapshot_build_sensor, venue_refresh_schedule, venue_registry_sensor
 from peerify_dagster.domain.venues import (
     SOURCE_UPLOAD,
     RegistryError,
@@ -25,10 +23,12 @@ from peerify_dagster.domain.venues import (
     upload_registry_text,
 )
 from peerify_dagster.partitions import venue_partitions
+from peerify_dagster.resources import runs
 from peerify_dagster.resources.dagster_resources import LakeResource, VenueRegistryResource
 from peerify_dagster.resources.openreview import HttpPolicy, OpenReviewCrawler, make_client
-from peerify_dagster.testing.openreview_server import FakeOpenReviewServer
+from peerify_dagster.sensors import snapshot_build_sensor, venue_refresh_schedule, venue_registry_sensor
 from tests.cli_support import cli_env, fresh_home, peerify
+from tests.fakes.openreview_server import FakeOpenReviewServer
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE = REPO / "peerify_dagster" / "sample_venue" / "snapshot"
@@ -109,7 +109,7 @@ def test_an_upload_venue_is_listed_as_one_and_refused_by_the_commands_of_a_bench
     rows = {line.split()[0]: line.rstrip() for line in out.splitlines()[2:] if line.strip()}
     assert rows[upload].split()[2] == "upload" and rows[upload].endswith("lake (peerify verify)")
     assert rows["v"].split()[2] == "snapshot" and rows["v"].endswith("repository")
-    assert f"1 upload venue of `peerify verify` (one paper and its reviews each" in out and f"in {uploads}" in out
+    assert "1 upload venue of `peerify verify` (one paper and its reviews each" in out and f"in {uploads}" in out
     for command in (["report", "--venue", upload], ["arbitrate", "--venue", upload, "--annotator", "ann"],
                     ["audit", "sample", "--venue", upload], ["build", upload],
                     ["release", "--venue", upload, "--version", "1.0.0"]):
@@ -126,7 +126,8 @@ def test_credentials_come_from_the_environment_and_are_not_logged(tmp_path, monk
     monkeypatch.setenv("OPENREVIEW_USERNAME", "maintainer@example.org")
     monkeypatch.setenv("OPENREVIEW_PASSWORD", "s3cret-pass")
     logs: list[str] = []
-    with FakeOpenReviewServer(SAMPLE, credentials=("maintainer@example.org", "s3cret-pass"), require_auth=True) as server:
+    with FakeOpenReviewServer(SAMPLE, credentials=("maintainer@example.org", "s3cret-pass"),
+                              require_auth=True) as server:
         client = make_client(server.url, HttpPolicy(timeout_s=5, retries=1, backoff_s=0.01))
         venue_id = json.loads((SAMPLE / "venue.json").read_text())["venue_id"]
         crawler = OpenReviewCrawler(client, venue_id, tmp_path / "snap", log=logs.append)

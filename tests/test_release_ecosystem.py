@@ -60,7 +60,8 @@ def releases(sample_lake, tmp_path_factory):
     # a thread item whose manuscript item is pending too: the claim is in no slice that needs both sources
     item = queue.filter((pl.col("source") == "thread")
                         & (pl.col("claim_id") + ":manuscript").is_in(sorted(queued))).sort("item_id").row(0, named=True)
-    first, second = [label for label in LABELS if label not in (item["candidate_1_label"], item["candidate_2_label"])][:2]
+    first, second = [label for label in LABELS if label not in (item["candidate_1_label"],
+                                                                item["candidate_2_label"])][:2]
     decisions = [_decide(lake, item, first)]
     assert peerify("build", "sample", env=env, timeout=900).returncode == 0
     _release(env, "1.0.0")

@@ -18,8 +18,8 @@ from peerify_dagster.domain import predictions as pred
 from peerify_dagster.domain.chunking import CHUNK_SCHEMA
 from peerify_dagster.domain.labelling import CLAIM_THREAD_SCHEMA
 from peerify_dagster.domain.release import RELEASE_FILES, passage_id_for
-from peerify_dagster.domain.retrieval import QUERY_SCHEMA
 from peerify_dagster.domain.release_import import IMPORTED_TABLES, RELEASE_ROW_SCHEMA, claim_id_for, import_release
+from peerify_dagster.domain.retrieval import QUERY_SCHEMA
 from peerify_dagster.domain.slices import SLICE_SCHEMA
 from peerify_dagster.domain.venues import load_registry
 from peerify_dagster.partitions import venue_partitions

@@ -12,17 +12,18 @@ import dagster as dg
 import polars as pl
 import pytest
 
-from assets.arbitration import CANONICAL_SCHEMA
-from assets.labels import AGREEMENT_SCHEMA
-from assets.predictions import PREDICTION_SCHEMA
-from assets.reports import venue_report
-from assets.retrieval import METRIC_SCHEMA as RETRIEVAL_SCHEMA
-from assets.verification import USAGE_SCHEMA
+from peerify_dagster.assets.arbitration import CANONICAL_SCHEMA
+from peerify_dagster.assets.labels import AGREEMENT_SCHEMA
+from peerify_dagster.assets.predictions import PREDICTION_SCHEMA
+from peerify_dagster.assets.reports import venue_report
+from peerify_dagster.assets.retrieval import METRIC_SCHEMA as RETRIEVAL_SCHEMA
+from peerify_dagster.assets.verification import USAGE_SCHEMA
+from peerify_dagster.definitions import build_resources
 from peerify_dagster.domain import label_metrics
 from peerify_dagster.domain.chunking import CHUNK_SCHEMA
+from peerify_dagster.domain.citations.metrics import CITATION_METRICS_SCHEMA
 from peerify_dagster.domain.labels import LABELS, NOT_DETERMINED, NOT_SUPPORTED, SUPPORTED
 from peerify_dagster.domain.metrics import METRICS_SCHEMA, TOKEN_COSTS_SCHEMA
-from peerify_dagster.domain.citations.metrics import CITATION_METRICS_SCHEMA
 from peerify_dagster.domain.report import (
     NOT_BUILT,
     NOT_EMBEDDED,
@@ -34,7 +35,6 @@ from peerify_dagster.domain.report import (
     render_markdown,
 )
 from peerify_dagster.domain.slices import SLICE_SCHEMA
-from peerify_dagster.definitions import build_resources
 from peerify_dagster.partitions import venue_partitions
 from peerify_dagster.resources.lake import Lake
 from tests.cli_support import cli_env, fresh_home, peerify

@@ -11,7 +11,7 @@ import dagster as dg
 import polars as pl
 import pytest
 
-from assets.retrieval import METRIC_SCHEMA, RUN_SCHEMA
+from peerify_dagster.assets.retrieval import METRIC_SCHEMA, RUN_SCHEMA
 from peerify_dagster.definitions import build_resources
 from peerify_dagster.domain.gold_evidence import (
     RELEVANCE_SECTION,

@@ -10,7 +10,7 @@ from pathlib import Path
 from fpdf import FPDF
 
 from peerify_dagster.resources.openreview import HttpPolicy, OpenReviewCrawler, make_client
-from peerify_dagster.testing.openreview_server import FakeOpenReviewServer
+from tests.fakes.openreview_server import FakeOpenReviewServer
 
 VENUE = "PdfChoice.cc/2026/Conference"
 T0 = 1_700_000_000_000

@@ -16,8 +16,8 @@ from dagster._core.events import EngineEventData
 from dagster._core.storage.dagster_run import DagsterRun, DagsterRunStatus
 
 from peerify_dagster.resources.runs import PoolWaitReporter, process_tags
-from peerify_dagster.testing.cli import alembic_heads
 from tests.cli_support import cli_env, dead_pid, fresh_home, peerify, start_peerify
+from tests.fakes.cli import alembic_heads
 from tests.support import write_registry
 
 # A process that starts a run of `build_venue` as `peerify build` does (tagged with its own process), claims the

@@ -249,7 +249,8 @@ def test_regenerating_reproduces_the_snapshot_byte_for_byte(tmp_path: Path) -> N
     )
     assert completed.returncode == 0, completed.stderr
     rebuilt = {path.relative_to(output): path.read_bytes() for path in output.rglob("*") if path.is_file()}
-    committed = {path.relative_to(SNAPSHOT_DIR): path.read_bytes() for path in SNAPSHOT_DIR.rglob("*") if path.is_file()}
+    committed = {path.relative_to(SNAPSHOT_DIR): path.read_bytes() for path in SNAPSHOT_DIR.rglob("*")
+                 if path.is_file()}
     assert rebuilt.keys() == committed.keys()
     assert [path for path in rebuilt if rebuilt[path] != committed[path]] == []
     pdf_bytes = sum(len(payload) for path, payload in committed.items() if path.suffix == ".pdf")
@@ -307,7 +308,8 @@ def test_generator_rejects_a_reply_to_an_unknown_note(tmp_path: Path) -> None:
     comment["replyto"] = "no_such_note"
     broken = tmp_path / "threads.yaml"
     broken.write_text(yaml.safe_dump(threads), encoding="utf-8")
-    with pytest.raises(SampleVenueError, match=rf"paper {ACCEPTED_PAPER}, note '{comment['key']}': replyto 'no_such_note'"):
+    with pytest.raises(SampleVenueError, match=rf"paper {ACCEPTED_PAPER}, note '{comment['key']}': replyto "
+                       rf"'no_such_note'"):
         build_snapshot_files(broken, MANUSCRIPTS_DIR)
 
 

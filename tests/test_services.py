@@ -1,4 +1,4 @@
-"""The loopback servers the cluster tests run against (peerify_dagster/testing/services.py): each answers, keeps its
+"""The loopback servers the cluster tests run against (tests/fakes/services.py): each answers, keeps its
 data under its root, refuses wrong credentials where it has them, and is gone, port and process, once stopped."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import pytest
 import redis
 
 from peerify_dagster.resources.processes import process_alive
-from peerify_dagster.testing.cli import port_open
-from peerify_dagster.testing.services import PostgresService, RedisService, SeaweedS3Service, ServiceFailed
+from tests.fakes.cli import port_open
+from tests.fakes.services import PostgresService, RedisService, SeaweedS3Service, ServiceFailed
 
 
 def uid_of(pid: int) -> int:

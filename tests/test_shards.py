@@ -16,8 +16,8 @@ import numpy as np
 import polars as pl
 import pytest
 
-import assets.manuscripts
-from assets.manuscript_pdfs import PDF_SCHEMA
+from peerify_dagster.assets import manuscripts as manuscripts_stage
+from peerify_dagster.assets.manuscript_pdfs import PDF_SCHEMA
 from peerify_dagster.definitions import build_resources, defs
 from peerify_dagster.domain.shards import PAPERS_PER_SHARD, shard_count, shard_key, shard_of, shard_rows
 from peerify_dagster.domain.venues import RegistryError, load_registry
@@ -25,8 +25,8 @@ from peerify_dagster.partitions import venue_partitions
 from peerify_dagster.resources.dagster_resources import DocumentParserResource
 from peerify_dagster.resources.lake import Lake
 from peerify_dagster.resources.shard_io import SHARD, assemble_shards, split_into_shards
-from peerify_dagster.testing.cli import write_registry
 from tests import fixtures_pdf, shard_support
+from tests.fakes.cli import write_registry
 from tests.shard_support import Reexecution, fail_then_reexecute
 from tests.support import materialise
 
@@ -283,7 +283,7 @@ def test_a_failed_shard_is_the_only_step_a_reexecution_runs(unsharded, tmp_path,
 
 
 def test_a_failed_chunking_shard_is_the_only_step_a_reexecution_runs(unsharded, tmp_path, monkeypatch):
-    real_chunk_document = assets.manuscripts.chunk_document
+    real_chunk_document = manuscripts_stage.chunk_document
 
     def flaky_chunk_document(paper_id, blocks, config):
         if paper_id == FAILING_PAPER and Path(os.environ[FAIL_FLAG]).exists():
@@ -291,7 +291,7 @@ def test_a_failed_chunking_shard_is_the_only_step_a_reexecution_runs(unsharded, 
         return real_chunk_document(paper_id, blocks, config)
 
     # The runs execute their steps in this process (in_process executor), so they chunk with the flaky function.
-    monkeypatch.setattr(assets.manuscripts, "chunk_document", flaky_chunk_document)
+    monkeypatch.setattr(manuscripts_stage, "chunk_document", flaky_chunk_document)
     lake_root, runs = run_failing_then_again(dg.reconstructable(chunking_job), "chunks", tmp_path, monkeypatch)
     assert_only_the_failed_shard_reran(runs, "chunks.chunk_shard", "chunks.assemble_chunks")
     assert file_digest(lake_root, "chunks") == file_digest(unsharded, "chunks")

@@ -15,8 +15,8 @@ import redis
 
 from peerify_dagster.resources.llm_gateway import BudgetExceeded, LLMGateway
 from peerify_dagster.resources.llm_gateway.shared_limits import RUN_SPEND_PREFIX
-from peerify_dagster.testing.openai_server import ScriptedOpenAIServer
 from tests.cluster_support import JOIN_TIMEOUT_S, SPAWN, spawned_workers
+from tests.fakes.openai_server import ScriptedOpenAIServer
 
 REDIS_DB = 6  # this module's own database
 MODEL = "scripted"

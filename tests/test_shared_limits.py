@@ -16,8 +16,8 @@ import redis
 
 from peerify_dagster.resources.llm_gateway import LLMGateway, ModelRegistry, PreflightError
 from peerify_dagster.resources.llm_gateway.shared_limits import KEY_PREFIX, SharedConcurrencyLimit
-from peerify_dagster.testing.openai_server import ScriptedOpenAIServer
 from tests.cluster_support import JOIN_TIMEOUT_S, SPAWN, spawned_workers
+from tests.fakes.openai_server import ScriptedOpenAIServer
 
 REDIS_DB = 5  # this module's own database
 MODELS_YAML = """

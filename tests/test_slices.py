@@ -11,9 +11,9 @@ import dagster as dg
 import polars as pl
 import pytest
 
-from assets.arbitration import CANONICAL_SCHEMA
-from assets.audit import HUMAN_AUDIT_SCHEMA
-from assets.claims import CLAIM_TYPE_SCHEMA, PAPER_CLAIM_SCHEMA, REVIEW_CLAIM_SCHEMA
+from peerify_dagster.assets.arbitration import CANONICAL_SCHEMA
+from peerify_dagster.assets.audit import HUMAN_AUDIT_SCHEMA
+from peerify_dagster.assets.claims import CLAIM_TYPE_SCHEMA, PAPER_CLAIM_SCHEMA, REVIEW_CLAIM_SCHEMA
 from peerify_dagster.definitions import build_resources
 from peerify_dagster.domain import slices as rules
 from peerify_dagster.domain.venues import RegistryError, load_registry

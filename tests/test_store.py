@@ -231,7 +231,7 @@ def test_the_io_manager_stores_asset_partitions_in_the_lake(lake_root):
 # -- what else lives in the lake: the LLM call ledger's segments, the embedding cache ----------------------------------
 def test_the_llm_ledger_records_compacts_and_quarantines_in_the_lake(lake_root, models_file):
     from peerify_dagster.resources.llm_gateway import CallLedger, LLMGateway
-    from peerify_dagster.testing.openai_server import ScriptedOpenAIServer
+    from tests.fakes.openai_server import ScriptedOpenAIServer
 
     with ScriptedOpenAIServer() as server:
         env = {"TEST_OPENAI_URL": server.base_url, "TEST_OPENAI_KEY": "sk-test"}
@@ -300,7 +300,7 @@ def test_the_embedding_cache_keeps_its_parts_in_the_lake(lake_root):
 
 def test_a_crawl_lands_its_snapshot_in_the_lake(lake_root, tmp_path):
     from peerify_dagster.resources.openreview import HttpPolicy, OpenReviewCrawler, SnapshotReader, make_client
-    from peerify_dagster.testing.openreview_server import FakeOpenReviewServer
+    from tests.fakes.openreview_server import FakeOpenReviewServer
     from tests.test_reviewed_pdf import REVIEWED, UNREVIEWED, VENUE, write_snapshot
 
     pdfs = write_snapshot(tmp_path / "served")

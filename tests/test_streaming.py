@@ -18,8 +18,8 @@ import polars as pl
 import pyarrow.parquet as pq
 import pytest
 
-import assets.forum_tables
-from assets.forum_tables import TABLE_SCHEMAS
+from peerify_dagster.assets import forum_tables as forum_tables_stage
+from peerify_dagster.assets.forum_tables import TABLE_SCHEMAS
 from peerify_dagster.definitions import build_resources
 from peerify_dagster.domain.forum_tables import build_tables, forum_batches
 from peerify_dagster.partitions import venue_partitions
@@ -28,7 +28,7 @@ from peerify_dagster.resources.dagster_resources import VenueRegistryResource
 from peerify_dagster.resources.files import remove_stale_temporaries
 from peerify_dagster.resources.lake import Lake
 from peerify_dagster.resources.openreview import SnapshotReader
-from peerify_dagster.testing.synthetic_venue import synthetic_venue
+from tests.fakes.synthetic_venue import synthetic_venue
 from tests.support import ALL_ASSETS, write_registry
 
 INGESTION = dg.AssetSelection.groups("ingestion", "forum_tables")
@@ -113,7 +113,7 @@ def test_a_failure_mid_stream_leaves_every_previous_table_file_intact(streamed, 
     registry = write_registry(tmp_path, KEY, source="snapshot", snapshot=str(snapshot), seed=1)
     assert build(registry, lake_root, forums_per_batch=5).success
     before = digests(lake_root)
-    real_build_tables, calls = assets.forum_tables.build_tables, []
+    real_build_tables, calls = forum_tables_stage.build_tables, []
 
     def failing_on_the_second_batch(*args, **kwargs):
         calls.append(1)
@@ -121,7 +121,7 @@ def test_a_failure_mid_stream_leaves_every_previous_table_file_intact(streamed, 
             raise RuntimeError("the machine ran out of something")
         return real_build_tables(*args, **kwargs)
 
-    monkeypatch.setattr(assets.forum_tables, "build_tables", failing_on_the_second_batch)
+    monkeypatch.setattr(forum_tables_stage, "build_tables", failing_on_the_second_batch)
     result = build(registry, lake_root, forums_per_batch=5, selection=dg.AssetSelection.groups("forum_tables"),
                    steps=("forum_tables",))
     assert not result.success and len(calls) == 2  # the first batch had been written when the step failed

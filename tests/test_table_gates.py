@@ -9,8 +9,8 @@ import dagster as dg
 import polars as pl
 import pytest
 
-from assets.claims import gold_chunks_gate
-from assets.forum_tables import CHECK_SPECS, TABLE_SCHEMAS, streamed_checks, table_gates
+from peerify_dagster.assets.claims import gold_chunks_gate
+from peerify_dagster.assets.forum_tables import CHECK_SPECS, TABLE_SCHEMAS, streamed_checks, table_gates
 from peerify_dagster.domain.forum_tables import placed_notes
 
 PDF = "/pdf/" + "0" * 40 + ".pdf"

@@ -90,7 +90,8 @@ def test_undecodable_and_unparsable_lines_are_named_by_line_and_the_rest_reads()
 # -- the arbitration exports and imports ------------------------------------------------------------------------------
 def _queue_row(texts: list[str]) -> dict:
     claim, material, justification, evidence = texts
-    return {**dict.fromkeys(arb.QUEUE_COLUMNS), "venue": VENUE, "item_id": "c1:thread", "claim_id": "c1", "paper_id": "p1", "review_id": "r1",
+    return {**dict.fromkeys(arb.QUEUE_COLUMNS), "venue": VENUE, "item_id": "c1:thread", "claim_id": "c1",
+            "paper_id": "p1", "review_id": "r1",
             "source": "thread", "claim_text": claim, "claim_type": "factual", "source_material": material,
             "candidate_1_label": "Supported", "candidate_1_justification": justification,
             "candidate_1_evidence": [evidence, claim], "candidate_1_raw_answer": justification,

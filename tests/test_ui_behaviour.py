@@ -24,8 +24,8 @@ from peerify_dagster.resources.dagster_resources import (
     VenueRegistryResource,
 )
 from peerify_dagster.sensors import configurations_sensor, venue_registry_sensor
-from peerify_dagster.testing.cli import REPO_ROOT
 from tests.cli_support import cli_env, fresh_home, peerify
+from tests.fakes.cli import REPO_ROOT
 from tests.support import materialise, sample_registry, write_registry
 
 INGESTION = dg.AssetSelection.groups("ingestion", "forum_tables")
@@ -61,7 +61,8 @@ def test_groups_read_top_to_bottom_in_the_collapsed_lineage_view():
     for key in graph.get_all_asset_keys():
         group = graph.get(key).group_name
         upstream_groups.setdefault(group, set()).update(
-            graph.get(parent).group_name for parent in graph.get(key).parent_keys if graph.get(parent).group_name != group)
+            graph.get(parent).group_name for parent in graph.get(key).parent_keys
+            if graph.get(parent).group_name != group)
     try:
         order = list(TopologicalSorter(upstream_groups).static_order())
     except CycleError as loop:

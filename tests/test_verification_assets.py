@@ -15,7 +15,6 @@ from dagster._core.instance.ref import InstanceRef
 
 from peerify_dagster.definitions import build_resources, defs
 from peerify_dagster.jobs import build_venue_job
-from peerify_dagster.sensors import configurations_sensor
 from peerify_dagster.partitions import prediction_key, prediction_partitions, venue_partitions
 from peerify_dagster.resources.dagster_resources import (
     LakeResource,
@@ -24,11 +23,12 @@ from peerify_dagster.resources.dagster_resources import (
     VenueRegistryResource,
 )
 from peerify_dagster.resources.lake import Lake
-from peerify_dagster.testing.openai_server import ScriptedOpenAIServer
+from peerify_dagster.sensors import configurations_sensor
 from tests.cli_support import cli_env, fresh_home, peerify
+from tests.fakes.openai_server import ScriptedOpenAIServer
+from tests.support import ALL_ASSETS, materialise, sample_registry
 from tests.test_claims_assets import scripted_answer
 from tests.test_ui_behaviour import PRINTED_WARNING
-from tests.support import ALL_ASSETS, materialise, sample_registry
 
 UP_TO_VERIFICATION = defs.resolve_job_def(build_venue_job.name).asset_layer.selected_asset_keys
 CONFIGURATIONS = ("configurations:\n"

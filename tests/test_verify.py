@@ -25,8 +25,8 @@ from peerify_dagster import cli
 from peerify_dagster.domain import uploads
 from peerify_dagster.domain.predictions import prediction_key
 from peerify_dagster.domain.venues import load_registry
-from peerify_dagster.testing.openai_server import ScriptedOpenAIServer
 from tests.cli_support import fresh_home
+from tests.fakes.openai_server import ScriptedOpenAIServer
 from tests.test_claims_assets import scripted_answer
 from tests.test_cost_control import priced_models, temporaries
 

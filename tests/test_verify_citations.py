@@ -103,7 +103,8 @@ def test_citation_inputs_that_cannot_be_verified_are_refused_naming_the_file_and
 
 
 # -- the real thing ------------------------------------------------------------------------------------------------
-CITED_SIBLING = "Wn6yBq3JhU"  # "How Noisy Are Web-Scraped Image Labels?", cited by Rk7bWq2NzA as (Achterberg and Osei, 2026)
+# "How Noisy Are Web-Scraped Image Labels?", cited by Rk7bWq2NzA as (Achterberg and Osei, 2026)
+CITED_SIBLING = "Wn6yBq3JhU"
 
 
 @pytest.fixture(scope="module")

@@ -217,7 +217,8 @@ def test_the_citance_is_boxed_on_its_page_and_the_evidence_on_the_cited_papers_p
     assert citing["boxes"] == [{"left": 11.7647, "top": 12.6263, "width": 76.4706, "height": 1.5152}]  # of 612x792
     assert len(citing_page_view(detail, 2)["boxes"]) == 1 and citing_page_view(detail, 7)["page"] == 1
     cited = cited_page_view(detail)  # the first entry whose paper can be shown, its top passage
-    assert (cited["entry"].entry_id, cited["passage"].passage_id, cited["index"], cited["count"]) == ("P1:r1", "w1", 0, 2)
+    assert (cited["entry"].entry_id, cited["passage"].passage_id, cited["index"], cited["count"]) == ("P1:r1", "w1", 0,
+                                                                                                      2)
     assert (cited["sha256"], cited["page"], cited["previous"], cited["next"]) == (CITED_SHA, 1, None, "w2")
     assert len(cited["boxes"]) == 1
     stepped = cited_page_view(detail, "P1:r1", "w2")
@@ -344,7 +345,8 @@ def test_the_citance_browser_lists_every_citance_and_filters_in_place(web_server
     expected = sorted(set(verdicts.filter(pl.col("label") == label)["citance_id"]))
     assert expected and len(expected) < citances.height, "the filter would show all or nothing"
     page.select_option("select[name=verdict]", label)
-    page.wait_for_function(f"document.querySelector('[data-testid=citance-count]').innerText.startsWith('{len(expected)} ')")
+    page.wait_for_function("document.querySelector('[data-testid=citance-count]').innerText"
+                           f".startsWith('{len(expected)} ')")
     rows = page.locator("[data-testid=citance-table] tr[data-citance-id]")
     assert sorted(rows.nth(i).get_attribute("data-citance-id") for i in range(rows.count())) == expected
     assert parse_qs(urlparse(page.url).query)["verdict"] == [label]  # the filter is in the address

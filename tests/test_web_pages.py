@@ -24,8 +24,8 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
-from peerify_dagster.cli.serve import MIN_TOKEN_LENGTH, access_token, address
 from peerify_dagster.cli.common import ConfigError
+from peerify_dagster.cli.serve import MIN_TOKEN_LENGTH, access_token, address
 from peerify_dagster.domain.regions import page_sizes_of
 from peerify_dagster.domain.slices import SLICES
 from peerify_dagster.paths import REPO_ROOT

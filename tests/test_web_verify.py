@@ -15,9 +15,9 @@ import polars as pl
 import pytest
 
 from peerify_dagster.domain import uploads
+from peerify_dagster.domain.uploads import VerificationRequest
 from peerify_dagster.resources.lake import Lake
 from peerify_dagster.verification_jobs import DONE, QUEUED, RUNNING, JobStore, phase_steps
-from peerify_dagster.domain.uploads import VerificationRequest
 from tests.cli_support import dead_pid
 from tests.web_support import copy_lake, live_server
 

@@ -18,8 +18,8 @@ import pytest
 import requests
 import uvicorn
 
-from peerify_dagster.testing.cli import SAMPLE_RECORDING, cli_env, fresh_home, peerify, sample_registry
 from peerify_dagster.web.app import create_app
+from tests.fakes.cli import SAMPLE_RECORDING, cli_env, fresh_home, peerify, sample_registry
 
 CHROMIUM = "chromium"
 CHROMIUM_MISSING = "Debian's chromium is not installed (`make browser` installs it with apt)"

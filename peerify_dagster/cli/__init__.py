@@ -7,12 +7,27 @@ from __future__ import annotations
 
 import argparse
 
-from peerify_dagster.cli import (arbitrate, build, catalog, clean, cluster, docs, imports, lineage, llm, queue,
-                                 release, report, serve, verify)
+from peerify_dagster.cli import (
+    arbitrate,
+    build,
+    catalog,
+    clean,
+    cluster,
+    docs,
+    imports,
+    lineage,
+    llm,
+    queue,
+    release,
+    report,
+    serve,
+    verify,
+)
 from peerify_dagster.cli.common import EXIT_USAGE, ConfigError, say
 from peerify_dagster.domain.venues import RegistryError
 
-VERB_GROUPS = (build, catalog, arbitrate, queue, release, report, imports, clean, serve, verify, cluster, llm, lineage, docs)
+VERB_GROUPS = (build, catalog, arbitrate, queue, release, report, imports, clean, serve, verify, cluster, llm, lineage,
+               docs)
 
 
 DESCRIPTION = """Build, refresh and release peer-review claim-verification benchmarks, and check one review or one

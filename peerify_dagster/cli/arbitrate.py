@@ -343,7 +343,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     arbitrate.add_argument("--annotator", required=True, help="your name, recorded with every decision")
     arbitrate.add_argument("--mode", choices=MODES, default="arbitration")
     arbitrate.add_argument("--lines", type=int, default=DEFAULT_SHOWN_LINES,
-                           help=f"source-material lines shown before the rest is hidden (default {DEFAULT_SHOWN_LINES}; "
+                           help="source-material lines shown before the rest is hidden "
+                                f"(default {DEFAULT_SHOWN_LINES}; "
                                 "m shows the rest)")
     arbitrate.set_defaults(func=_guarded(cmd_arbitrate))
 

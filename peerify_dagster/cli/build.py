@@ -25,7 +25,7 @@ from peerify_dagster.domain.llm_stages import prompts_by_role
 from peerify_dagster.domain.release_import import IMPORTED_TABLES
 from peerify_dagster.domain.venues import SOURCE_RELEASE, Venue, missing_files
 from peerify_dagster.resources.decisions import ORPHANED_TABLE
-from peerify_dagster.resources.lake import SHARED_TABLES, SQL_DIR, Lake, partition_slug, unreadable_reason
+from peerify_dagster.resources.lake import SHARED_TABLES, Lake, catalog_views, partition_slug, unreadable_reason
 from peerify_dagster.resources.store import readable
 
 
@@ -38,7 +38,7 @@ def _row_count(files: list[Path]) -> int | str:
 def venue_summary(lake: Lake, venue: str) -> tuple[list[str], list[tuple]]:
     """Row counts of every catalog table for one venue; tables shared by all venues (the LLM ledger) in total."""
     rows = []
-    for table in sorted(path.stem for path in SQL_DIR.glob("*.sql")):
+    for table in catalog_views():
         if table in SHARED_TABLES:
             files = sorted((lake.root / table).glob("*.parquet"))
             label = f"{table} (all venues)"
@@ -168,7 +168,7 @@ def _run_build(session: BuildSession, venue: Venue, configurations: list, args: 
     BuildInterrupted or BudgetSpent (from `session.run`) to stop before the next run."""
     from dagster import AssetKey
 
-    from assets.predictions import predictions
+    from peerify_dagster.assets.predictions import predictions
     from peerify_dagster.definitions import defs
     from peerify_dagster.freshness import computed_from
     from peerify_dagster.jobs import build_venue_job, predictions_job, venue_results_job

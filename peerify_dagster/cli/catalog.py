@@ -31,7 +31,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add.add_argument("--api-url", default="https://api2.openreview.net")
     add.add_argument("--snapshot", help="snapshot folder (relative to venues.yaml) for --source snapshot")
     add.add_argument("--api-version", type=int, choices=(1, 2), default=None,
-                     help="OpenReview API version (default: detected at the first build: before 2023 -> 1, else probed)")
+                     help="OpenReview API version (default: detected at the first build: before 2023 -> 1, else "
+                          "probed)")
     add.set_defaults(func=cmd_venues_add)
 
 

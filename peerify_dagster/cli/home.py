@@ -55,7 +55,8 @@ def open_home(holder: str, capture_step_output: bool = True) -> dg.DagsterInstan
 
     home = check_dagster_home()
     try:
-        instance, lines = runs.open_instance(home, holder, capture_step_output=capture_step_output, on_wait=lambda other: say(
+        instance, lines = runs.open_instance(home, holder, capture_step_output=capture_step_output,
+                                             on_wait=lambda other: say(
             f"waiting for {other} to finish setting up the Dagster home"))
     except DagsterError as exc:
         raise ConfigError(f"Dagster home {home}: {one_line(exc)}") from None

@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING
 import polars as pl
 
 from peerify_dagster import paths
-from peerify_dagster.cli.home import open_home
 from peerify_dagster.cli.common import EXIT_USAGE, say
+from peerify_dagster.cli.home import open_home
 from peerify_dagster.domain import release_import as ri
 from peerify_dagster.domain.venues import SOURCE_RELEASE, RegistryError, Venue, add_venue, load_registry
 from peerify_dagster.resources.lake import Lake

@@ -19,7 +19,8 @@
   each release read and checked as `release verify` reads it. Exit 0 the report is written, 1 a release that does not
   verify, 2 usage error or no release.
 
-RELEASE (OLD, NEW) is a release folder, its `s3://` location, or a version X.Y.Z of this lake's releases (`<lake>/releases/X.Y.Z`,
+RELEASE (OLD, NEW) is a release folder, its `s3://` location, or a version X.Y.Z of this lake's releases
+(`<lake>/releases/X.Y.Z`,
 a folder or an S3 prefix) when no local folder of that name exists. A release in S3 is copied down to a temporary
 folder through the store, every object of it, and checked there as a local one (the same exit codes and messages,
 naming the S3 location).
@@ -35,8 +36,8 @@ from pathlib import Path
 import pyarrow as pa
 
 from peerify_dagster import deployment, paths
-from peerify_dagster.cli.home import open_home, run_job
 from peerify_dagster.cli.common import EXIT_USAGE, ConfigError, guarded, refuse_upload, registered_venues, say
+from peerify_dagster.cli.home import open_home, run_job
 from peerify_dagster.domain import label_release as rel
 from peerify_dagster.domain.release_diff import REPORTS, release_diff
 from peerify_dagster.domain.release_lineage import lineage_lines
@@ -235,7 +236,7 @@ def replay_calls(calls: pa.Table, call_ids: list[str]) -> dict[str, rel.Replayed
 
     import pyarrow.parquet as pq
 
-    from peerify_dagster.resources.llm_gateway import LLMGatewayError, LLMGateway
+    from peerify_dagster.resources.llm_gateway import LLMGateway, LLMGatewayError
 
     rows_by_id: dict[str, list[dict]] = {}
     for row in calls.to_pylist():

@@ -12,8 +12,8 @@ import os
 import webbrowser
 
 from peerify_dagster import paths
-from peerify_dagster.cli.home import open_home, run_job
 from peerify_dagster.cli.common import ConfigError, guarded, refuse_upload, registered_venues, say
+from peerify_dagster.cli.home import open_home, run_job
 from peerify_dagster.resources.lake import Lake
 from peerify_dagster.resources.report_files import REPORT_HTML, REPORT_MARKDOWN, report_folder, viewable_report
 from peerify_dagster.resources.store import Location

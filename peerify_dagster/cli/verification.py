@@ -32,8 +32,8 @@ from peerify_dagster.cli.build_session import BuildInterrupted, StopSignals
 from peerify_dagster.cli.common import ConfigError, registered_venues, say
 from peerify_dagster.domain import uploads
 from peerify_dagster.domain.citation_view import CITATION_TABLES, CitationSummary, CitationTables, citation_summary
-from peerify_dagster.domain.llm_calls import answer_justification
 from peerify_dagster.domain.citations.options import CitationOptions
+from peerify_dagster.domain.llm_calls import answer_justification
 from peerify_dagster.domain.llm_stages import (
     CITANCE_TAGGING,
     CITATION_VERDICTS,

@@ -281,7 +281,8 @@ def _attach_figure_text(pieces: list[_Piece], budget_of) -> list[_Piece]:
     for piece in pieces:
         if piece.kind == "figure":
             previous = attached[-1] if attached else None
-            if previous is not None and previous.kind == "caption" and not previous.captioned and joins(piece, previous):
+            if (previous is not None and previous.kind == "caption" and not previous.captioned
+                    and joins(piece, previous)):
                 previous.text, previous.captioned = f"{previous.text}\n{piece.text}", True
                 previous.regions = merge_regions([*previous.regions, *piece.regions])
             else:

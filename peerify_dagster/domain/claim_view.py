@@ -385,7 +385,8 @@ def claim_detail(tables: ClaimTables, claim_id: str, answers: Mapping[str, str |
     chunk_rows = {row["chunk_id"]: row for row in rows_where(tables.chunks, paper_id=query["paper_id"])}
     has_positions = tables.chunks is not None and "regions" in tables.chunks.columns
     configurations = [_configuration_view(row, tables, chunk_rows, answers)
-                      for row in sorted(rows_where(tables.predictions, claim_id=claim_id), key=lambda r: r["configuration"])]
+                      for row in sorted(rows_where(tables.predictions, claim_id=claim_id),
+                                        key=lambda r: r["configuration"])]
     rankings = _rankings(tables, claim_id, chunk_rows)
     pdf = one_where(tables.manuscript_pdfs, paper_id=query["paper_id"])
     parsed = one_where(tables.parsed_manuscripts, paper_id=query["paper_id"])

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from peerify_dagster.domain import prompts as prompt_templates
 
-PROJECT_PACKAGES = ("peerify_dagster", "assets")
+PROJECT_PACKAGES = ("peerify_dagster",)
 VERSION_LENGTH = 16  # hex digits of sha256 kept: ample against collisions among one graph's versions
 WHOLE_MODULE = "*"  # the symbol name of a module used as a value (every definition in it counts)
 _PROMPT_ID = re.compile(r"[a-z][a-z0-9_]*")

@@ -199,7 +199,6 @@ COLUMNS: dict[str, str] = {
     "ratio_to_full_context": "Full-context tokens per claim / this configuration's, over the claims both called.",
     # verification and LLM calls
     "evidence_chunk_ids": "Chunks given to the verifier as evidence, in rank order.",
-    "gold_label": "Label of the answer key for the claim.",
     "label": "Normalised label (Supported, Partially Supported, Not Supported, Not Determined); null when unparsed.",
     "parse_ok": "True when the model's answer parsed into the expected structure.",
     "prompt_id": "Name of the versioned prompt file.",
@@ -296,7 +295,8 @@ COLUMNS: dict[str, str] = {
                               "null when it parsed or no call was made.",
     "candidate_2_raw_answer": "When the answer shown second gave no usable label: its raw answer, as for "
                               "candidate_1_raw_answer.",
-    "queue_version": "sha256[:16] of the queue's items and candidate labels; a decision records the version it answered.",
+    "queue_version": "sha256[:16] of the queue's items and candidate labels; a decision records the version it "
+                     "answered.",
     "candidate_1_labeller": "Labeller (a or b) whose answer is candidate_1.",
     "candidate_2_labeller": "Labeller (a or b) whose answer is candidate_2.",
     "provenance": "Where the canonical label comes from: agreed, a_upheld, b_upheld, third_label, pending (no human "
@@ -341,7 +341,8 @@ TABLE_COLUMNS: dict[tuple[str, str], str] = {
     ("paper_claims", "label"): "Gold label of the PaperSourced claim (Supported by construction).",
     ("reviews", "confidence"): "The review form's `confidence` field as the reviewer wrote it.",
     ("claim_labels", "source"): "What the claim is judged against: thread (author responses) or manuscript.",
-    ("claim_labels", "evidence_chunk_ids"): "Manuscript chunks shown to the labeller, in the order shown (thread: empty).",
+    ("claim_labels", "evidence_chunk_ids"): "Manuscript chunks shown to the labeller, in the order shown "
+                                            "(thread: empty).",
     ("claim_labels", "model"): "Model that served the labeller's role (null for a rule label without a call).",
     ("claim_labels", "error"): "Why the row has no usable label: the call's error, parse_failed with the reason, "
                                "no_manuscript, no_evidence, or evidence that does not fit the context window.",

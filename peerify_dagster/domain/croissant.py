@@ -1,7 +1,8 @@
 """Croissant metadata (MLCommons, JSON-LD, conformsTo 1.0) of a label release: the dataset (name, description, version,
 licences and sources per venue, citation), its distribution (every file with sha256, size and encoding format) and
 one record set per slice whose fields are the slice's columns with their data types and descriptions. Pure logic: the
-release writer (assets/release.py) writes it, verification (domain/label_release.py) rebuilds and compares it.
+release writer (peerify_dagster/assets/release.py) writes it, verification (domain/label_release.py) rebuilds and
+compares it.
 
 manifest.json cannot be in the distribution (it hashes this file), so the metadata points at it as the provenance
 record: `isBasedOn` names it, and every file here is the one the manifest hashes.

@@ -69,10 +69,6 @@ class ClaimKeyError(ValueError):
     """An answer-key entry that cannot be used; the message names the claim."""
 
 
-def normalise_space(text: str) -> str:
-    return re.sub(r"\s+", " ", text).strip()
-
-
 def load_claim_key(path: Path) -> list[dict]:
     """Rows: claim_id, paper_id, review_id, claim_text, kind, manuscript_label, rebuttal_label,
     evidence_section, evidence_sentence (None when the manuscript cannot decide the claim)."""
@@ -81,7 +77,8 @@ def load_claim_key(path: Path) -> list[dict]:
     for position, entry in enumerate(data.get("claims") or []):
         claim_id = entry.get("id") if isinstance(entry, dict) else None
         if not claim_id or not entry.get("forum") or not entry.get("claim"):
-            raise ClaimKeyError(f"{Path(path).name}: claim #{position} ({claim_id or 'no id'}) needs id, forum and claim")
+            raise ClaimKeyError(f"{Path(path).name}: claim #{position} ({claim_id or 'no id'}) needs id, forum and "
+                                f"claim")
         evidence = entry.get("evidence") or {}
         rows.append({
             "claim_id": claim_id,

@@ -1,6 +1,6 @@
 """Lineage-audited label releases: the files of a release, its manifest, its datasheet, how a release is verified and
 how its labels are rebuilt from the calls and decisions it carries. Pure logic: no Dagster (the asset is
-assets/release.py, the commands peerify_dagster/cli_release.py).
+peerify_dagster/assets/release.py, the commands peerify_dagster/cli/release.py).
 
 A release folder `<version>/` holds, per slice, `<Slice>.parquet` and `<Slice>.jsonl` (the same rows: every venue's
 rows of that slice in SLICE_SCHEMA, sorted by venue and claim id), `calls.parquet` (the LLM ledger rows behind the
@@ -219,7 +219,8 @@ Columns (every slice): {', '.join(f'`{c}`' for c in SLICE_COLUMNS)}. `gold_call_
 
 ## Collection process
 Each venue was read by the Peerify DAG from its source (the OpenReview API, or a snapshot folder), whose text comes
-from where its registry entry says (under Licence below); papers were drawn with the seeds above. Review claims were extracted from official reviews and reviewer follow-ups by an LLM; PaperSourced claims were
+from where its registry entry says (under Licence below); papers were drawn with the seeds above. Review claims were
+extracted from official reviews and reviewer follow-ups by an LLM; PaperSourced claims were
 written from seeded manuscript paragraphs. The Dagster data and code versions of every upstream table are in
 `manifest.json` (`upstream`); the code was derived into those versions from its source, and its dependencies were
 installed from {installed_lock(environment(manifest))} (`manifest.json` `environment`: every lock file's sha256).

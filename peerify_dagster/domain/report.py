@@ -21,10 +21,11 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from peerify_dagster.domain import plots
-from peerify_dagster.domain.citations.metrics import ONE_LABEL, STAGES, format_value
 from peerify_dagster.domain.arbitration import AGREED, PENDING, THIRD_LABEL, UNLABELLED, UPHELD
+from peerify_dagster.domain.citations.metrics import ONE_LABEL, STAGES, format_value
 from peerify_dagster.domain.label_metrics import UNPARSED, confusion_matrix, distribution_text
 from peerify_dagster.domain.labelling import agreement_warnings
+from peerify_dagster.domain.labels import LABELS
 from peerify_dagster.domain.metrics import (
     ANSWER_KEY,
     MAJORITY_ROW,
@@ -33,7 +34,6 @@ from peerify_dagster.domain.metrics import (
     one_label_warnings,
     predicted_counts,
 )
-from peerify_dagster.domain.labels import LABELS
 from peerify_dagster.domain.predictions import SOURCE_ANSWER_KEY, STATUS_OK
 from peerify_dagster.domain.slices import SLICES
 

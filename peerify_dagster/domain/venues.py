@@ -56,7 +56,8 @@ class Venue:
     api_version: int | None = None  # OpenReview API 1 or 2; None = detect (year before 2023 -> 1, else probe)
     sampling: dict | None = None  # paper-sampling options (domain.sampling.SamplingConfig); None = the defaults
     llm_recording: str | None = None  # recorded LLM calls answered from the ledger (Parquet), relative to the registry
-    labelling: dict | None = None  # claim-labelling evidence options (domain.labelling.LabellingConfig); None = defaults
+    # claim-labelling evidence options (domain.labelling.LabellingConfig); None = defaults
+    labelling: dict | None = None
     slices: dict | None = None  # benchmark-slice options and gate settings (domain.slices.SliceConfig); None = defaults
     release: str | None = None  # for source=release: the release folder it was imported from, relative to the registry
     citations: dict | None = None  # citation-half options (domain.citations.options.CitationOptions); None = defaults

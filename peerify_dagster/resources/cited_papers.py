@@ -29,10 +29,10 @@ from peerify_dagster.domain.citations.options import (
     CitationOptions,
 )
 from peerify_dagster.domain.citations.resolution import (
+    IDENTIFIER_PAGES,
     OUTCOME_NO_MATCH,
     OUTCOME_NOT_APPLICABLE,
     OUTCOME_RESOLVED,
-    IDENTIFIER_PAGES,
     OUTCOME_WRONG_PAPER,
     RIGHT_PAPER_THRESHOLD,
     ArxivFeedError,

@@ -5,9 +5,12 @@ import dagster as dg
 
 from peerify_dagster.resources.dagster_resources import LakeResource, OpenReviewResource, VenueRegistryResource
 from peerify_dagster.resources.openreview import (
-    OpenReviewCrawler, SnapshotReader, api_url_for, probe_api_version, resolve_api_version,
+    OpenReviewCrawler,
+    SnapshotReader,
+    api_url_for,
+    probe_api_version,
+    resolve_api_version,
 )
-
 
 
 class CrawlConfig(dg.Config):

@@ -10,10 +10,10 @@ import dagster as dg
 import polars as pl
 import pyarrow.parquet as pq
 
+from peerify_dagster import paths
 from peerify_dagster.domain.columns import column_description
 from peerify_dagster.domain.retrieval import RETRIEVER_CONFIGS
 from peerify_dagster.domain.venues import SOURCE_SNAPSHOT, SOURCE_UPLOAD, Venue, load_registry
-from peerify_dagster import paths
 from peerify_dagster.resources.lake import SNAPSHOTS_DIR, Lake, StreamedTable, UnreadablePartitionError
 from peerify_dagster.resources.openreview import HttpPolicy, make_client, unreachable_reason
 

@@ -152,14 +152,14 @@ def _detect_format(data: bytes, source_name: str | None, mime: str | None, paper
     try:
         data.decode("utf-8")
     except UnicodeDecodeError:
-        raise ManuscriptParseError(paper_id, "unsupported_format", "binary input that is neither PDF nor text") from None
+        raise ManuscriptParseError(paper_id, "unsupported_format", "binary input that is neither PDF nor "
+                                   "text") from None
     return "text"
 
 
 def _check_pdf(paper_id: str, data: bytes) -> None:
     """Reject PDFs that Docling would fail on with a vague message, naming the actual problem."""
-    from pypdf import PdfReader
-    from pypdf import PasswordType
+    from pypdf import PasswordType, PdfReader
 
     if b"%PDF-" not in data[:1024]:
         raise ManuscriptParseError(paper_id, "not_a_pdf", f"no %PDF- header; starts with {data[:16]!r}")
@@ -575,7 +575,8 @@ class DocumentParser:
     def _parse_markup(self, paper_id: str, name: str, data: bytes, source_format: SourceFormat) -> ParsedDocument:
         suffix = {"html": ".html", "markdown": ".md"}[source_format]
         # Docling picks the backend from the file extension.
-        stream_name = name if Path(name).suffix.lower() in (suffix, ".htm", ".markdown") else f"{Path(name).stem}{suffix}"
+        stream_name = name if Path(name).suffix.lower() in (suffix, ".htm",
+                                                            ".markdown") else f"{Path(name).stem}{suffix}"
         result = self._convert("markup", paper_id, stream_name, data)
         if result.document is None or not result.document.texts and not result.document.tables:
             raise ManuscriptParseError(paper_id, "empty_document", f"no text found in the {source_format} source")

@@ -6,14 +6,16 @@ crash never leaves half a partition. A table too large to hold in memory is stre
 appends one row group per batch to the temporary file and hands back a `StreamedTable`, which the IO manager
 commits (renames over, or uploads as, the partition file) when the step returns it. The catalog (`peerify.duckdb`,
 always a local file: in the lake folder, or in this machine's cache folder for an S3 lake) holds only
-views, defined in `sql/<table>.sql` (`{files}` there stands for the table's Parquet files). It is refreshed outside
-asset steps (at the end of `peerify build`, by `peerify sql`, after runs in `make dev`), and a refresh
+views: one per table of the asset graph (its committed snapshot, asset_graph.json), over the table's Parquet files,
+unless `sql/<table>.sql` defines it otherwise (`{files}` there stands for the table's Parquet files). It is refreshed
+outside asset steps (at the end of `peerify build`, by `peerify sql`, after runs in `make dev`), and a refresh
 never raises: an unreadable partition file is left out of its view and reported by name, and a catalog
 held by another process is reported as such. Queries open the catalog read-only and run read statements only.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from collections.abc import Iterator
@@ -29,7 +31,14 @@ from peerify_dagster.domain.predictions import venue_and_configuration
 from peerify_dagster.paths import REPO_ROOT
 from peerify_dagster.resources.store import LakeStore, Location, readable
 
-SQL_DIR = REPO_ROOT / "sql"
+SQL_DIR = REPO_ROOT / "sql"  # views that need more than their table's files
+GRAPH_SNAPSHOT = REPO_ROOT / "asset_graph.json"
+# Assets of the graph with no catalog view, and why.
+NO_VIEW = {
+    "arbitration_key": "which labeller is which candidate: annotators work blind, so no view exposes it",
+    "label_release": "a release folder (releases/X.Y.Z/), not a table",
+}
+TABLE_VIEW = "create or replace view {table} as\nselect * from read_parquet({{files}}, union_by_name = true);\n"
 CATALOG_FILE = "peerify.duckdb"
 # Lake folders that hold no table partitions: what a build cannot rebuild (see `peerify clean-lake`).
 LEDGER_DIR = "llm_calls"  # the LLM call ledger's segments, shared by all venues
@@ -71,6 +80,15 @@ class CatalogBusyError(RuntimeError):
 
 class WriteStatementError(ValueError):
     """A statement given to a catalog query would write (files, the catalog, settings)."""
+
+
+def catalog_views() -> dict[str, str]:
+    """table -> the statement defining its view: every asset of the graph but NO_VIEW's over its Parquet files, and
+    the views of sql/."""
+    assets = json.loads(GRAPH_SNAPSHOT.read_text(encoding="utf-8"))["assets"]
+    views = {table: TABLE_VIEW.format(table=table) for table in assets if table not in NO_VIEW}
+    views.update({path.stem: path.read_text(encoding="utf-8") for path in SQL_DIR.glob("*.sql")})
+    return dict(sorted(views.items()))
 
 
 @dataclass
@@ -275,9 +293,9 @@ class Lake:
                         "or open the catalog with duckdb.connect(path, read_only=True)") from exc
                 time.sleep(0.2)
 
-    def refresh_catalog(self, sql_dir: Path = SQL_DIR, wait_s: float = CATALOG_WAIT_S) -> CatalogReport:
-        """(Re)define one view per `sql/<table>.sql` whose table has data, one view at a time. Never raises for
-        unreadable files or a held catalog: the report says what was left out and why."""
+    def refresh_catalog(self, wait_s: float = CATALOG_WAIT_S) -> CatalogReport:
+        """(Re)define the view of every catalog table that has data (`catalog_views`), one view at a time. Never
+        raises for unreadable files or a held catalog: the report says what was left out and why."""
         report = CatalogReport()
         self.catalog_path.parent.mkdir(parents=True, exist_ok=True)
         try:
@@ -291,8 +309,8 @@ class Lake:
                 path.unlink(missing_ok=True)
             con = self._connect(read_only=False, wait_s=wait_s)
         with con:
-            for sql_file in sorted(sql_dir.glob("*.sql")):
-                self._define_view(con, sql_file.stem, sql_file.read_text(), report)
+            for table, definition in catalog_views().items():
+                self._define_view(con, table, definition, report)
         return report
 
     def _define_view(self, con: duckdb.DuckDBPyConnection, table: str, definition: str, report: CatalogReport) -> None:
@@ -326,8 +344,7 @@ class Lake:
         with self._connect(read_only=True, wait_s=wait_s) as con:
             check_read_only(con, sql)
             # Only the folders of the catalog's views: a table without a view (arbitration_key) stays unreadable.
-            folders = [_sql_string(f"{self.store.url(self.root)}/{path.stem}/")
-                       for path in sorted(SQL_DIR.glob("*.sql"))]
+            folders = [_sql_string(f"{self.store.url(self.root)}/{table}/") for table in catalog_views()]
             con.execute(f"set allowed_directories = [{', '.join(folders)}]")
             con.execute("set enable_external_access = false")
             con.execute("set lock_configuration = true")

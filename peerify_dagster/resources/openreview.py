@@ -23,8 +23,8 @@ from urllib3.util import Retry
 
 from peerify_dagster.domain.forum_tables import ForumNotes
 from peerify_dagster.domain.notes import api_version_from_year, note_api_version
-from peerify_dagster.domain.venues import DEFAULT_API_URL
 from peerify_dagster.domain.pdfs import PdfProblem, inspect_pdf
+from peerify_dagster.domain.venues import DEFAULT_API_URL
 from peerify_dagster.resources.files import json_bytes
 from peerify_dagster.resources.store import LakeStore, Location, location_of
 
@@ -363,7 +363,8 @@ class OpenReviewCrawler:
             self.log(f"forum {forum_id}: fetch failed ({reason}): {message}")
             return FetchOutcome(forum_id, "forum", "failed", reason, message, time.perf_counter() - started)
         if not notes:
-            return FetchOutcome(forum_id, "forum", "failed", "empty_forum", f"forum {forum_id}: the API returned no notes",
+            return FetchOutcome(forum_id, "forum", "failed", "empty_forum", f"forum {forum_id}: the API returned no "
+                                f"notes",
                                 time.perf_counter() - started)
         self.store.write_bytes(self.reader.forum_path(forum_id), json_bytes(
             {"forum_id": forum_id, "fetched_at": now_ms(), "notes": notes, "edits": edits}))
@@ -381,7 +382,8 @@ class OpenReviewCrawler:
         if self.reader.pdf_meta(forum_id) is not None and not refetch:
             return FetchOutcome(forum_id, "pdf", "stored")
         if not self.reader.has_forum(forum_id):
-            return FetchOutcome(forum_id, "pdf", "failed", "forum_missing", f"forum {forum_id}: notes not landed, PDF skipped")
+            return FetchOutcome(forum_id, "pdf", "failed", "forum_missing", f"forum {forum_id}: notes not landed, PDF "
+                                f"skipped")
         started = time.perf_counter()
         try:
             forum = self.reader.forum(forum_id)

@@ -27,7 +27,8 @@ by this client (each entry's row says so): a hanging host would otherwise cost e
 
 The cache: one JSON file per request (`<cache>/<service>/<sha256 of the request>.json`, written atomically) holding
 the service's answer, a work or a list (a 404 as "not found"), so a rebuild asks nothing again. The request that
-keys it is the service's base URL, the path and the query without `mailto`; the Semantic Scholar API key (environment variable
+keys it is the service's base URL, the path and the query without `mailto`; the Semantic Scholar API key (environment
+variable
 SEMANTIC_SCHOLAR_API_KEY, sent as the x-api-key header) is in neither, nor in any log or error. Failures and answers
 of an unexpected shape are not cached.
 """

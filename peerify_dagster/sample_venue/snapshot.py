@@ -68,8 +68,10 @@ _RATING_SCALES = {
     },
 }
 _CONFIDENCE_SCALE = {
-    2: "2: You are willing to defend your assessment, but it is quite likely that you did not understand central parts of the submission.",
-    3: "3: You are fairly confident in your assessment. It is possible that you did not understand some parts of the submission.",
+    2: "2: You are willing to defend your assessment, but it is quite likely that you did not understand central "
+       "parts of the submission.",
+    3: "3: You are fairly confident in your assessment. It is possible that you did not understand some parts of "
+       "the submission.",
     4: "4: You are confident in your assessment, but not absolutely certain.",
     5: "5: You are absolutely certain about your assessment and very familiar with the related work.",
 }
@@ -276,7 +278,8 @@ def _submission_note(paper: dict[str, Any], ids: PaperIds, manuscript_title: str
     }
 
 
-def _paper_files(paper: dict[str, Any], fetched_ms: int, manuscripts_dir: Path) -> tuple[dict[str, Any], dict[str, bytes]]:
+def _paper_files(paper: dict[str, Any], fetched_ms: int, manuscripts_dir: Path) -> tuple[dict[str, Any], dict[str,
+                                                                                                              bytes]]:
     ids = PaperIds(paper["forum"], paper["number"])
     if paper.get("style") not in _REVIEW_FIELDS:
         raise SampleVenueError(f"paper {ids.forum_id}: unknown style {paper.get('style')!r}")
@@ -332,7 +335,8 @@ def _paper_files(paper: dict[str, Any], fetched_ms: int, manuscripts_dir: Path) 
     return submission, files
 
 
-def build_snapshot_files(threads_path: Path = THREADS_PATH, manuscripts_dir: Path = MANUSCRIPTS_DIR) -> dict[str, bytes]:
+def build_snapshot_files(threads_path: Path = THREADS_PATH, manuscripts_dir: Path = MANUSCRIPTS_DIR) -> dict[str,
+                                                                                                             bytes]:
     """Every snapshot file as {relative path: bytes}."""
     threads = yaml.safe_load(threads_path.read_text(encoding="utf-8"))
     venue = threads["venue"]

@@ -14,11 +14,11 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 from starlette.applications import Starlette
+from starlette.datastructures import URL
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.middleware.sessions import SessionMiddleware
 from starlette.requests import Request
-from starlette.datastructures import URL
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Mount
 from starlette.staticfiles import StaticFiles

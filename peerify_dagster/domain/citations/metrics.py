@@ -27,12 +27,6 @@ from typing import Any
 import polars as pl
 
 from peerify_dagster.domain import label_metrics
-from peerify_dagster.domain.citations.vocabulary import (
-    CITATION_LABELS,
-    NOT_ENOUGH_INFORMATION,
-    PARTIALLY_SUPPORTED,
-    SUPPORTED,
-)
 from peerify_dagster.domain.citations.options import MODE_MERGED
 from peerify_dagster.domain.citations.resolution import OUTCOME_WRONG_PAPER
 from peerify_dagster.domain.citations.verdicts import (
@@ -42,6 +36,12 @@ from peerify_dagster.domain.citations.verdicts import (
     STATUS_OK,
     STATUS_PARSE_FAILED,
     STATUS_TOO_LONG,
+)
+from peerify_dagster.domain.citations.vocabulary import (
+    CITATION_LABELS,
+    NOT_ENOUGH_INFORMATION,
+    PARTIALLY_SUPPORTED,
+    SUPPORTED,
 )
 from peerify_dagster.domain.labels import LABELS
 from peerify_dagster.domain.retrieval_metrics import hit_at_k, markdown_table, mrr_at_k

@@ -55,8 +55,8 @@ from peerify_dagster.domain.layout.lines import (
     normalise_whitespace,
 )
 from peerify_dagster.domain.layout.reading_order import Row, order_page
-from peerify_dagster.domain.layout.regions import LineRegion, Region, merge_regions, text_offset
 from peerify_dagster.domain.layout.references import continues_reference_entry, in_references_after
+from peerify_dagster.domain.layout.regions import LineRegion, Region, merge_regions, text_offset
 
 _RUN_IN_ABSTRACT = re.compile(r"^Abstract\s*[.:\u2014\u2013-]\s*(?=\S)")
 _LIST_MARKER = re.compile(
