@@ -1,6 +1,6 @@
 """The cluster profile in code: the Celery queues steps are routed to, the executor the code location's jobs use
-(`deployment.executor()`), the reconstructable jobs a Celery run ships to its workers, and the Celery app a worker
-(`peerify worker`) serves.
+(`deployment.executor()`), and the Celery app a worker (`peerify worker`) serves (the jobs a Celery run ships to
+its workers: reconstruct.py).
 
 The single-machine default never imports dagster_celery or celery: everything Celery is imported when asked.
 """
@@ -64,22 +64,6 @@ def executor_def() -> dg.ExecutorDefinition | None:
 
     require_redis_url("PEERIFY_EXECUTOR=celery")
     return celery_executor.configured(celery_config(), name="celery")
-
-
-def reconstructable_job(job_name: str):
-    """A pointer to one job of the code location that a worker process can load by itself (this module's
-    `job_named` and the job's name), as `dg.execute_job` needs to ship its steps to Celery workers."""
-    import dagster as dg
-
-    return dg.build_reconstructable_job(__name__, job_named.__name__, reconstructable_args=(job_name,),
-                                        reconstructor_working_directory=str(REPO_ROOT))
-
-
-def job_named(job_name: str) -> dg.JobDefinition:
-    """The code location's job of that name, resolved (what a worker rebuilds from `reconstructable_job`)."""
-    from peerify_dagster.definitions import defs
-
-    return defs.resolve_job_def(job_name)
 
 
 def worker_app():

@@ -11,19 +11,20 @@ from pathlib import Path
 import dagster as dg
 
 from peerify_dagster.dagster_private import StaleCauseCategory, compute_functions, stale_status_resolver
-from peerify_dagster.domain.code_versions import code_version
+from peerify_dagster.domain.code_versions import VersionCache
 
 
 def with_derived_code_versions(assets: Iterable) -> list:
     """The assets, each executable one with the code version of the functions its op(s) run (every asset of a
-    multi-asset shares its function's)."""
-    versioned = []
+    multi-asset shares its function's), read from this machine's cache when these sources were analysed before."""
+    versioned, cache = [], VersionCache()
     for assets_def in assets:
         if isinstance(assets_def, dg.AssetsDefinition) and assets_def.is_executable:
-            version = code_version(compute_functions(assets_def))
+            version = cache.version(compute_functions(assets_def))
             [assets_def] = dg.map_asset_specs(lambda spec, v=version: spec.replace_attributes(code_version=v),
                                               [assets_def])
         versioned.append(assets_def)
+    cache.save()
     return versioned
 
 

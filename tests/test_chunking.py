@@ -259,8 +259,8 @@ def test_registry_chunking_options_drive_the_chunks_asset(tmp_path: Path) -> Non
     import polars as pl
 
     from peerify_dagster.assets.manuscripts import chunking_config, paper_chunk_rows
+    from peerify_dagster.assets.steps.parsed_tables import PARSED_SCHEMA
     from peerify_dagster.resources.dagster_resources import VenueRegistryResource
-    from peerify_dagster.resources.parsed_tables import PARSED_SCHEMA
 
     registry = tmp_path / "venues.yaml"
     registry.write_text(REGISTRY)

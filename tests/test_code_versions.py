@@ -337,3 +337,23 @@ def test_the_analysis_follows_aliases_and_re_exports_and_keeps_parameters_apart(
     work = load()
     assert code_version([work.by_alias]) != before["by_alias"]
     assert code_version([work.shadowing]) == before["shadowing"]
+
+
+def test_the_cache_answers_for_the_same_sources_and_starts_afresh_when_they_change(fixture_package, tmp_path):
+    from peerify_dagster.domain.code_versions import VersionCache, code_version
+
+    package, load = fixture_package
+    work = load()
+    first = VersionCache(tmp_path / "cache")
+    version = first.version([work.by_alias])
+    first.save()
+    assert version == code_version([work.by_alias]) and first.path.is_file()
+    again = VersionCache(tmp_path / "cache")
+    assert again.path == first.path and again.known == first.known  # read, not derived again
+
+    rules = package / "rules.py"
+    rules.write_text(rules.read_text().replace("LIMIT = 3", "LIMIT = 2"))
+    work = load()
+    changed = VersionCache(tmp_path / "cache")
+    assert changed.path != first.path and changed.known == {}
+    assert changed.version([work.by_alias]) != version

@@ -16,12 +16,12 @@ import polars as pl
 import pypdfium2 as pdfium
 import pytest
 
+from peerify_dagster.assets.steps.parsed_tables import PARSED_SCHEMA, parsed_row
 from peerify_dagster.domain.chunking import CHUNK_SCHEMA, ChunkingConfig, chunk_document
 from peerify_dagster.domain.layout import Block, LineRegion, Region, TextLine, merge_regions, recover_blocks
 from peerify_dagster.domain.layout.regions import regions_of_lines, text_offset
 from peerify_dagster.domain.regions import boxes_on_page, page_sizes_of, regions_on_page
 from peerify_dagster.resources.document_parser import DocumentParser, ParsedDocument, _elements_from_docling
-from peerify_dagster.resources.parsed_tables import PARSED_SCHEMA, parsed_row
 from tests import fixtures_pdf
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

@@ -135,11 +135,15 @@ def test_two_builds_of_one_venue_take_turns_on_a_fresh_home(tmp_path):
     second = start_peerify("build", "v", env=env)
     errs = {p.pid: p.communicate(timeout=300)[1] for p in (first, second)}
     assert first.returncode == second.returncode == 1  # both ran the graph (and failed on the empty snapshot)
-    waited = [(pid, err) for pid, err in errs.items() if "waiting for the build of v (pid" in err]
+    # the build lock's wait, a line of its own (the home lock's wait names the same holder, then "setting up the
+    # Dagster home": either build may first wait for the other's setup of the fresh home)
+    waited = [(pid, err) for pid, err in errs.items()
+              if any(line.startswith("waiting for the build of v (pid") and line.endswith(") to finish")
+                     for line in err.splitlines())]
     assert len(waited) == 1, errs
     waiter, err = waited[0]
     other = first.pid if waiter == second.pid else second.pid
-    assert f"waiting for the build of v (pid {other}) to finish" in err
+    assert f"waiting for the build of v (pid {other}) to finish" in err.splitlines()
     with dg.DagsterInstance.from_config(str(home)) as instance:
         runs = instance.get_runs()
     assert len(runs) == 2 and {run.status for run in runs} == {DagsterRunStatus.FAILURE}

@@ -13,6 +13,14 @@ import dagster as dg
 import polars as pl
 import pyarrow.parquet as pq
 
+from peerify_dagster.assets.steps.llm import (
+    USAGE_SCHEMA,
+    progress_logger,
+    shard_usage_metadata,
+    usage_frame,
+    venue_gateway,
+)
+from peerify_dagster.assets.steps.parsed_tables import BLOCK_TYPE, PAGE_SIZE_TYPE, PARSED_SCHEMA, parsed_row
 from peerify_dagster.cluster import queue_tags
 from peerify_dagster.domain.chunking import REGION_TYPE
 from peerify_dagster.domain.citations import detection, evidence, verdicts
@@ -39,14 +47,6 @@ from peerify_dagster.resources.dagster_resources import (
 )
 from peerify_dagster.resources.expectations import Expect, gate
 from peerify_dagster.resources.llm_gateway.registry import ModelRegistry
-from peerify_dagster.resources.llm_steps import (
-    USAGE_SCHEMA,
-    progress_logger,
-    shard_usage_metadata,
-    usage_frame,
-    venue_gateway,
-)
-from peerify_dagster.resources.parsed_tables import BLOCK_TYPE, PAGE_SIZE_TYPE, PARSED_SCHEMA, parsed_row
 from peerify_dagster.resources.scholarly import CACHE_DIR as SCHOLARLY_CACHE_DIR
 from peerify_dagster.resources.scholarly import ScholarlyClient
 from peerify_dagster.resources.shard_io import (

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 import dagster as dg
 import polars as pl
 
+from peerify_dagster.assets.steps.llm import progress_logger, shard_usage_metadata, usage_frame, venue_gateway
 from peerify_dagster.cluster import queue_tags
 from peerify_dagster.domain import claims as rules
 from peerify_dagster.domain.claims import Candidate, ReviewSection
@@ -36,7 +37,6 @@ from peerify_dagster.resources.dagster_resources import (
     VenueRegistryResource,
 )
 from peerify_dagster.resources.expectations import Expect, gate
-from peerify_dagster.resources.llm_steps import progress_logger, shard_usage_metadata, usage_frame, venue_gateway
 from peerify_dagster.resources.shard_io import (
     POSITION,
     SHARD,

@@ -5,10 +5,10 @@ import json
 import dagster as dg
 import polars as pl
 
+from peerify_dagster.assets.steps.crawl import CrawlConfig, crawler_for
 from peerify_dagster.domain.notes import MalformedNote, classify, read_note, superseded_positions
 from peerify_dagster.domain.sampling import SamplingConfig, draw_sample
 from peerify_dagster.partitions import venue_partitions
-from peerify_dagster.resources.crawl import CrawlConfig, crawler_for
 from peerify_dagster.resources.dagster_resources import LakeResource, OpenReviewResource, VenueRegistryResource
 from peerify_dagster.resources.openreview import FetchOutcome, MalformedSnapshotFile, OpenReviewCrawler, SnapshotReader
 

@@ -7,6 +7,7 @@ from collections import defaultdict
 import dagster as dg
 import polars as pl
 
+from peerify_dagster.assets.steps.llm import progress_logger, shard_usage_metadata, usage_frame, venue_gateway
 from peerify_dagster.cluster import queue_tags
 from peerify_dagster.domain import labelling as lab
 from peerify_dagster.domain.labels import LABELS, NOT_DETERMINED
@@ -22,7 +23,6 @@ from peerify_dagster.resources.dagster_resources import (
     markdown_preview,
 )
 from peerify_dagster.resources.llm_gateway.registry import ModelRegistry
-from peerify_dagster.resources.llm_steps import progress_logger, shard_usage_metadata, usage_frame, venue_gateway
 from peerify_dagster.resources.shard_io import (
     POSITION,
     SHARD_IO_MANAGER,

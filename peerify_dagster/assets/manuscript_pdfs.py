@@ -3,10 +3,10 @@
 import dagster as dg
 import polars as pl
 
+from peerify_dagster.assets.steps.crawl import CrawlConfig, crawler_for
 from peerify_dagster.cluster import queue_tags
 from peerify_dagster.domain.pdfs import PdfProblem, inspect_pdf
 from peerify_dagster.partitions import venue_partitions
-from peerify_dagster.resources.crawl import CrawlConfig, crawler_for
 from peerify_dagster.resources.dagster_resources import LakeResource, OpenReviewResource, VenueRegistryResource
 
 PDF_SCHEMA = {

@@ -8,6 +8,7 @@ from pathlib import Path
 import dagster as dg
 import polars as pl
 
+from peerify_dagster.assets.steps.parsed_tables import PARSE_ERROR_SCHEMA, PARSED_SCHEMA, parsed_row
 from peerify_dagster.cluster import queue_tags
 from peerify_dagster.domain.chunking import (
     CHUNK_SCHEMA,
@@ -24,7 +25,6 @@ from peerify_dagster.resources.dagster_resources import DocumentParserResource, 
 from peerify_dagster.resources.document_parser import ManuscriptParseError
 from peerify_dagster.resources.expectations import Expect, gate
 from peerify_dagster.resources.openreview import SnapshotReader
-from peerify_dagster.resources.parsed_tables import PARSE_ERROR_SCHEMA, PARSED_SCHEMA, parsed_row
 from peerify_dagster.resources.shard_io import (
     POSITION,
     SHARD,

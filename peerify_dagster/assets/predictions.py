@@ -8,6 +8,7 @@ import time
 import dagster as dg
 import polars as pl
 
+from peerify_dagster.assets.steps.llm import USAGE_SCHEMA, shard_usage_metadata, usage_frame
 from peerify_dagster.cluster import queue_tags
 from peerify_dagster.domain import label_metrics
 from peerify_dagster.domain import metrics as scores
@@ -24,7 +25,6 @@ from peerify_dagster.resources.dagster_resources import (
     VenueRegistryResource,
 )
 from peerify_dagster.resources.llm_gateway.registry import ModelRegistry
-from peerify_dagster.resources.llm_steps import USAGE_SCHEMA, shard_usage_metadata, usage_frame
 from peerify_dagster.resources.shard_io import (
     POSITION,
     SHARD_IO_MANAGER,

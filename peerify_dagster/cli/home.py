@@ -144,8 +144,8 @@ def run_on_celery(instance: dg.DagsterInstance, job_name: str, partition_key, ru
 
     from peerify_dagster import deployment
     from peerify_dagster.celery_steps import lost_worker_steps
-    from peerify_dagster.cluster import reconstructable_job
     from peerify_dagster.definitions import defs
+    from peerify_dagster.reconstruct import reconstructable_job
     from peerify_dagster.resources import runs
 
     job = defs.resolve_job_def(job_name)

@@ -14,7 +14,10 @@ from __future__ import annotations
 import ast
 import hashlib
 import importlib.util
+import json
+import os
 import re
+import sys
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from functools import cache
@@ -397,6 +400,55 @@ def package_version(package: str) -> str:
     texts = [f"{module}\n{ast.unparse(stmt)}" for module in modules
              for stmt in _statements(Symbol(module, WHOLE_MODULE))]
     return hashlib.sha256("\n\n".join(texts).encode("utf-8")).hexdigest()[:VERSION_LENGTH]
+
+
+def sources_fingerprint() -> str:
+    """sha256 of everything a code version can depend on: every source file of the project's packages, the prompt
+    templates, and the Python that parses them (its unparser normalises the source)."""
+    digest = hashlib.sha256(f"python {sys.version_info[0]}.{sys.version_info[1]}".encode())
+    folders = [Path(folder) for package in PROJECT_PACKAGES
+               for folder in (importlib.util.find_spec(package).submodule_search_locations or [])]
+    files = sorted({*(path for folder in folders for path in folder.rglob("*.py")),
+                    *prompt_templates.PROMPTS_DIR.glob("*.md")})
+    for path in files:
+        digest.update(f"\n{path.name}\n".encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+class VersionCache:
+    """Code versions already derived from these very sources, in a file of this machine's cache folder: a process
+    that loads the code location (a command, a run's step, a worker) reads them instead of analysing again. Keyed by
+    `sources_fingerprint`, so any edit to the code or a prompt starts a new file; an unreadable or unwritable cache is
+    simply not used."""
+
+    def __init__(self, folder: Path | None = None) -> None:
+        base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+        self.path = (folder or base / "peerify") / f"code-versions-{sources_fingerprint()[:32]}.json"
+        try:
+            self.known: dict[str, str] = json.loads(self.path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            self.known = {}
+        self._added = False
+
+    def version(self, functions: Iterable[Callable]) -> str:
+        functions = list(functions)
+        key = ",".join(sorted(f"{f.__module__}:{f.__qualname__}" for f in functions))
+        if key not in self.known:
+            self.known[key] = code_version(functions)
+            self._added = True
+        return self.known[key]
+
+    def save(self) -> None:
+        if not self._added:
+            return
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            temporary = self.path.with_name(f"{self.path.name}.{os.getpid()}.tmp")
+            temporary.write_text(json.dumps(self.known, sort_keys=True), encoding="utf-8")
+            temporary.replace(self.path)  # whole or not at all: a concurrent reader sees one file or the other
+        except OSError:
+            pass
 
 
 def reached_names(functions: Iterable[Callable]) -> list[str]:
