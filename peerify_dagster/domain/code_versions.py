@@ -18,7 +18,7 @@ import json
 import os
 import re
 import sys
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -374,19 +374,23 @@ def reached(roots: Iterable[Symbol]) -> dict[Symbol, _Definition]:
     return found
 
 
-def _prompt_lines(strings: Iterable[str]) -> Iterator[str]:
+def _covered(functions: Iterable[Callable]) -> tuple[dict[Symbol, _Definition], list[tuple[str, str]]]:
+    """What a code version covers: every definition the functions reach, and (id, sha256) of every prompt template a
+    string of theirs names."""
+    definitions = reached({root_symbol(function) for function in functions})
     directory = prompt_templates.PROMPTS_DIR
-    for value in sorted(set(strings)):
-        if _PROMPT_ID.fullmatch(value) and (directory / f"{value}.md").is_file():
-            yield f"prompt {value} {prompt_templates.template_hash(value, directory)}"
+    strings = {string for definition in definitions.values() for string in definition.strings}
+    prompts = [(value, prompt_templates.template_hash(value, directory)) for value in sorted(strings)
+               if _PROMPT_ID.fullmatch(value) and (directory / f"{value}.md").is_file()]
+    return definitions, prompts
 
 
 def code_version(functions: Iterable[Callable]) -> str:
     """The code version of the code the functions run: a hash of every definition they reach and every prompt
     template named there."""
-    definitions = reached({root_symbol(function) for function in functions})
+    definitions, prompts = _covered(functions)
     lines = [f"{symbol}\n{definitions[symbol].text}" for symbol in sorted(definitions, key=str)]
-    lines += _prompt_lines(string for definition in definitions.values() for string in definition.strings)
+    lines += [f"prompt {prompt_id} {digest}" for prompt_id, digest in prompts]
     return hashlib.sha256("\n\n".join(lines).encode("utf-8")).hexdigest()[:VERSION_LENGTH]
 
 
@@ -453,7 +457,5 @@ class VersionCache:
 
 def reached_names(functions: Iterable[Callable]) -> list[str]:
     """The definitions (`module:name`) and prompts a code version covers, for explaining one."""
-    definitions = reached({root_symbol(function) for function in functions})
-    prompts = [line.split()[1] for line in
-               _prompt_lines(string for definition in definitions.values() for string in definition.strings)]
-    return sorted(str(symbol) for symbol in definitions) + [f"prompt:{name}" for name in prompts]
+    definitions, prompts = _covered(functions)
+    return sorted(str(symbol) for symbol in definitions) + [f"prompt:{prompt_id}" for prompt_id, _ in prompts]
