@@ -16,7 +16,7 @@ from peerify_dagster.domain import arbitration as arb
 from peerify_dagster.domain import leases
 from peerify_dagster.domain.labels import NOT_SUPPORTED, SUPPORTED
 from peerify_dagster.paths import REPO_ROOT
-from peerify_dagster.resources.annotation import ItemUnavailable, LeaseStore, Session
+from peerify_dagster.resources.annotation import ItemUnavailable, LeaseStore, Session, now
 from peerify_dagster.resources.decisions import DecisionLedger
 from peerify_dagster.resources.lake import Lake
 from tests.arbitration_support import pair
@@ -115,9 +115,11 @@ def test_two_sessions_are_offered_different_items_and_decide_each_once(tmp_path)
 
 def test_a_lease_that_ran_out_passes_to_another_and_the_first_answer_is_refused(tmp_path):
     write_queue(tmp_path, claims=1)
-    alice = Session(tmp_path, VENUE, "arbitration", "alice", lease_duration=timedelta(milliseconds=1))
+    alice = Session(tmp_path, VENUE, "arbitration", "alice")
     item = alice.next_item()
-    bob = Session(tmp_path, VENUE, "arbitration", "bob")
+    # bob comes a second after alice's lease ran out (a moved clock: real time could step back between two calls)
+    later = lambda: now() + leases.DEFAULT_LEASE + timedelta(seconds=1)  # noqa: E731
+    bob = Session(tmp_path, VENUE, "arbitration", "bob", clock=later)
     assert bob.next_item().item_id == item.item_id  # alice's lease has run out: the item is offered again
     with pytest.raises(ItemUnavailable, match=r"another annotator \(bob\) took this item after your lease ran out"):
         alice.decide(item, SUPPORTED, "candidate_1", None)

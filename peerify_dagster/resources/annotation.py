@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
@@ -171,7 +171,7 @@ class Session:
     """One annotator working through one mode's items of a venue; every decision goes straight to the ledger."""
 
     def __init__(self, lake_root: str | Path, venue: str, mode: str, annotator: str,
-                 lease_duration: timedelta = leases.DEFAULT_LEASE):
+                 lease_duration: timedelta = leases.DEFAULT_LEASE, clock: Callable[[], datetime] = now):
         if mode not in MODES:
             raise AnnotationError(f"mode {mode!r} is not one of {', '.join(MODES)}")
         self.lake_root, self.venue, self.mode, self.annotator = lake_root, venue, mode, annotator
@@ -179,6 +179,7 @@ class Session:
         self.ledger = DecisionLedger(lake_root, venue, "arbitration" if mode == "arbitration" else "audit")
         self.leases = LeaseStore(lake_root, venue)
         self.leased, self.lease_duration = mode in leases.LEASED_MODES, lease_duration
+        self.clock = clock  # the leases' time: tests move it instead of waiting for a lease to run out
         self.queue_rows: list[dict] = []  # arbitration: the queue as built
         self.sample_version: str | None = None  # audit and consensus: the sample's version
         self.items = self._load_items()
@@ -267,12 +268,13 @@ class Session:
         ids = [item.item_id for item in open_items]
         after_id = after.item_id if after else None
         if not self.leased:  # audit items are each annotator's own: nobody else's lease can withhold one
-            chosen = leases.next_free(ids, [], self.mode, self.annotator, now(), after_id, exclude)
+            chosen = leases.next_free(ids, [], self.mode, self.annotator, self.clock(), after_id, exclude)
         else:
             with self.leases.locked() as current:
-                chosen = leases.next_free(ids, current, self.mode, self.annotator, now(), after_id, exclude)
+                chosen = leases.next_free(ids, current, self.mode, self.annotator, self.clock(), after_id, exclude)
                 if chosen is not None:
-                    current[:] = leases.take(current, self.mode, chosen, self.annotator, now(), self.lease_duration)
+                    current[:] = leases.take(current, self.mode, chosen, self.annotator, self.clock(),
+                                             self.lease_duration)
         return next((item for item in open_items if item.item_id == chosen), None)
 
     def hold(self, item: Item) -> None:
@@ -281,7 +283,8 @@ class Session:
             return
         with self.leases.locked() as current:
             try:
-                current[:] = leases.take(current, self.mode, item.item_id, self.annotator, now(), self.lease_duration)
+                current[:] = leases.take(current, self.mode, item.item_id, self.annotator, self.clock(),
+                                         self.lease_duration)
             except leases.LeaseHeld as held:
                 raise ItemUnavailable(f"another annotator ({held.holder}) is deciding this item; it is theirs until "
                                       f"{held.expires_at.isoformat(timespec='seconds')} unless they decide it or "
@@ -291,13 +294,13 @@ class Session:
         """Give up this annotator's lease in this mode (leaving, or moving on without deciding)."""
         if self.leased:
             with self.leases.locked() as current:
-                current[:] = leases.release(current, self.mode, self.annotator, now())
+                current[:] = leases.release(current, self.mode, self.annotator, self.clock())
 
     def held_by_others(self) -> int:
         """How many open items other annotators hold now (not offered to this one)."""
         if not self.leased:
             return 0
-        return len(leases.held_by_others(self.leases.snapshot(), self.mode, self.annotator, now()))
+        return len(leases.held_by_others(self.leases.snapshot(), self.mode, self.annotator, self.clock()))
 
     # decisions
     def decide(self, item: Item, label: str, choice: str, note: str | None) -> Decision:
@@ -311,7 +314,7 @@ class Session:
             if not self.is_open(item):
                 raise ItemUnavailable("this item was decided meanwhile (by another annotator, or by you in another "
                                       "window); nothing was recorded")
-            held = leases.holder(current, self.mode, item.item_id, now()) if self.leased else None
+            held = leases.holder(current, self.mode, item.item_id, self.clock()) if self.leased else None
             if held is not None and held.annotator != self.annotator:
                 raise ItemUnavailable(f"another annotator ({held.annotator}) took this item after your lease ran "
                                       "out; nothing was recorded")
@@ -320,7 +323,7 @@ class Session:
                                     queue_version=item.version, supersedes=None)
             self.ledger.append([decision])
             if self.leased:
-                current[:] = leases.release(current, self.mode, self.annotator, now())
+                current[:] = leases.release(current, self.mode, self.annotator, self.clock())
         self.made.append(decision.decision_id)
         return decision
 
