@@ -8,13 +8,13 @@ from pathlib import Path
 
 import dagster as dg
 
+from peerify_dagster.annotation.decisions import DecisionLedger
 from peerify_dagster.domain.label_release import sha256_hex
 from peerify_dagster.domain.predictions import CONFIGURATION_HASH
 from peerify_dagster.jobs import build_venue_job
 from peerify_dagster.partitions import prediction_key, venue_partitions
-from peerify_dagster.resources.decisions import DecisionLedger
+from peerify_dagster.quality.slice_gates import GATES, SLICES_SHA256
 from peerify_dagster.resources.lake import Lake
-from peerify_dagster.resources.slice_gates import GATES, SLICES_SHA256
 
 PREDICTION_INPUTS = dg.AssetKey("retrieval_runs")  # rebuilt by every venue build: predictions older than it are stale
 SLICES_KEY = dg.AssetKey("benchmark_slices")

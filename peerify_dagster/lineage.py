@@ -38,9 +38,16 @@ def _partitions(partitions_def: dg.PartitionsDefinition | None) -> str | None:
     return type(partitions_def).__name__
 
 
+def _module(assets_def: dg.AssetsDefinition) -> str | None:
+    """The module whose function computes the asset (None for an asset without a step of its own)."""
+    if not assets_def.is_executable:
+        return None
+    return next((function.__module__ for function in compute_functions(assets_def)), None)
+
+
 def graph_snapshot(defs: dg.Definitions) -> dict:
-    """The asset graph as reviewers read it: per asset its group, upstream assets, partitioning, code version and
-    checks (a blocking check marked), and the jobs."""
+    """The asset graph as reviewers read it: per asset its group, the module defining it, upstream assets,
+    partitioning, code version and checks (a blocking check marked), and the jobs."""
     graph = defs.resolve_asset_graph()
     assets = {}
     for key in sorted(graph.get_all_asset_keys(), key=lambda k: k.to_user_string()):
@@ -48,6 +55,7 @@ def graph_snapshot(defs: dg.Definitions) -> dict:
         checks = sorted((graph.get_check_spec(check) for check in node.check_keys), key=lambda spec: spec.name)
         assets[key.to_user_string()] = {
             "group": node.group_name,
+            "module": _module(node.assets_def),
             "deps": sorted(parent.to_user_string() for parent in node.parent_keys),
             "partitions": _partitions(node.partitions_def),
             "materializable": node.is_materializable,

@@ -15,13 +15,13 @@ import pexpect
 import polars as pl
 import pytest
 
+from peerify_dagster.annotation.decisions import DecisionLedger, current_decisions
 from peerify_dagster.assets.arbitration import QUEUE_SCHEMA
 from peerify_dagster.domain.labels import NOT_DETERMINED as D
 from peerify_dagster.domain.labels import NOT_SUPPORTED as N
 from peerify_dagster.domain.labels import PARTIALLY_SUPPORTED as P
 from peerify_dagster.domain.labels import SUPPORTED as S
 from peerify_dagster.paths import REPO_ROOT
-from peerify_dagster.resources.decisions import DecisionLedger, current_decisions
 from peerify_dagster.resources.lake import Lake
 from tests.arbitration_support import CANONICAL, MODELS, build, canonical, pair, write_inputs, write_unparsed_calls
 from tests.cli_support import CliResult, cli_env

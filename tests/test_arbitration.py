@@ -10,13 +10,13 @@ import polars as pl
 import pytest
 from dagster._core.storage.defs_state.base import set_defs_state_storage
 
+from peerify_dagster.annotation.decisions import ORPHANED_TABLE, DecisionLedger, new_decision
 from peerify_dagster.assets.arbitration import ORPHANED_CHECK
 from peerify_dagster.assets.claims import REVIEW_CLAIM_SCHEMA
 from peerify_dagster.cli.build import orphaned_decisions_line
 from peerify_dagster.domain import arbitration as arb
 from peerify_dagster.domain import claims as rules
 from peerify_dagster.resources.dagster_resources import LakeResource
-from peerify_dagster.resources.decisions import ORPHANED_TABLE, DecisionLedger, new_decision
 from peerify_dagster.resources.lake import Lake
 from peerify_dagster.sensors import human_decisions_sensor
 from tests.arbitration_support import (

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 
@@ -54,3 +55,27 @@ def test_only_the_code_location_and_build_import_asset_modules():
     offenders = {name: found for path in sorted((REPO / "peerify_dagster").rglob("*.py"))
                  if (name := str(path.relative_to(REPO))) not in ASSET_IMPORTERS and (found := asset_imports(path))}
     assert offenders == {}
+
+
+# Which packages each lower layer may import (docs/reference/architecture.md draws them): a layer never reaches up.
+LAYERS = {"domain": set(), "resources": {"domain"}, "annotation": {"domain", "resources"},
+          "quality": {"domain", "resources"}}
+PACKAGES = {path.name for path in (REPO / "peerify_dagster").iterdir() if (path / "__init__.py").exists()}
+
+
+def test_each_layer_imports_only_the_layers_below_it():
+    offenders = {}
+    for layer, allowed in LAYERS.items():
+        for path in sorted((REPO / "peerify_dagster" / layer).rglob("*.py")):
+            reached = {name.split(".")[1] for name in imported_modules(path) if name.startswith("peerify_dagster.")}
+            if above := (reached & PACKAGES) - allowed - {layer}:
+                offenders[str(path.relative_to(REPO))] = sorted(above)
+    assert offenders == {}
+
+
+def test_every_package_is_in_the_wheel():
+    """pyproject lists the packages setuptools installs: one left out is missing from a non-editable install."""
+    listed = set(tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {".".join(path.parent.relative_to(REPO).parts) for path in (REPO / "peerify_dagster").rglob("__init__.py")
+             if "__pycache__" not in path.parts}
+    assert found - listed == set()

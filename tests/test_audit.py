@@ -11,13 +11,13 @@ import dagster as dg
 import pexpect
 import pytest
 
+from peerify_dagster.annotation import audit_sample
+from peerify_dagster.annotation.decisions import DecisionLedger, new_decision
 from peerify_dagster.domain.labels import NOT_DETERMINED as D
 from peerify_dagster.domain.labels import NOT_SUPPORTED as N
 from peerify_dagster.domain.labels import PARTIALLY_SUPPORTED as P
 from peerify_dagster.domain.labels import SUPPORTED as S
 from peerify_dagster.paths import REPO_ROOT
-from peerify_dagster.resources import audit_sample
-from peerify_dagster.resources.decisions import DecisionLedger, new_decision
 from peerify_dagster.resources.lake import Lake
 from tests.arbitration_support import build, pair, write_inputs
 from tests.cli_support import cli_env, peerify

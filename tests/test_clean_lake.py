@@ -12,8 +12,8 @@ import polars as pl
 import pytest
 
 from peerify_dagster import cli
+from peerify_dagster.annotation.decisions import DecisionLedger, new_decision
 from peerify_dagster.paths import REPO_ROOT
-from peerify_dagster.resources.decisions import DecisionLedger, new_decision
 from peerify_dagster.resources.lake import Lake
 from peerify_dagster.resources.runs import build_lock_path, exclusive_lock
 

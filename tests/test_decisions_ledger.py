@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from peerify_dagster.resources.decisions import (
+from peerify_dagster.annotation.decisions import (
     Decision,
     DecisionLedger,
     LedgerError,

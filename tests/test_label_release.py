@@ -19,12 +19,12 @@ import pyarrow.parquet as pq
 import pytest
 
 from peerify_dagster import cli
+from peerify_dagster.annotation.decisions import DecisionLedger, new_decision
 from peerify_dagster.definitions import defs
 from peerify_dagster.domain import label_release as rel
 from peerify_dagster.domain import records
 from peerify_dagster.domain.labels import LABELS, NOT_SUPPORTED, SUPPORTED
 from peerify_dagster.domain.slices import SLICES
-from peerify_dagster.resources.decisions import DecisionLedger, new_decision
 from peerify_dagster.resources.lake import Lake
 from tests.cli_support import cli_env, fresh_home, peerify
 from tests.support import ALL_ASSETS, SAMPLE_RECORDING, sample_registry

@@ -18,10 +18,10 @@ import polars as pl
 import pytest
 
 from peerify_dagster import cli
+from peerify_dagster.annotation.audit_sample import AuditSampleRefused, read_sample, write_sample
+from peerify_dagster.annotation.decisions import DecisionLedger, LedgerError, new_decision
+from peerify_dagster.annotation.sessions import AnnotationError, LeaseStore, item_id_secret
 from peerify_dagster.paths import REPO_ROOT
-from peerify_dagster.resources.annotation import AnnotationError, LeaseStore, item_id_secret
-from peerify_dagster.resources.audit_sample import AuditSampleRefused, read_sample, write_sample
-from peerify_dagster.resources.decisions import DecisionLedger, LedgerError, new_decision
 from peerify_dagster.resources.lake import Lake
 from peerify_dagster.resources.llm_gateway.batches import BatchRecord, BatchRecords
 from peerify_dagster.resources.llm_gateway.ledger import LEDGER_SCHEMA, CallLedger
@@ -109,7 +109,7 @@ def test_an_s3_ledger_refuses_appends_without_postgres_and_keeps_what_it_holds(s
 
 APPENDER = """
 import sys
-from peerify_dagster.resources.decisions import DecisionLedger, new_decision
+from peerify_dagster.annotation.decisions import DecisionLedger, new_decision
 ledger = DecisionLedger(sys.argv[1], "X.cc/2026")
 for number in range(int(sys.argv[3])):
     ledger.append([new_decision(venue="X.cc/2026", claim_id=f"{sys.argv[2]}-{number}", source="thread",

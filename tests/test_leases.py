@@ -1,5 +1,5 @@
 """Leases on annotation items: the pure rules (domain/leases.py), and the lake's lease file shared by sessions in
-several processes (resources/annotation.py), the terminal (`peerify arbitrate`) included."""
+several processes (annotation/sessions.py), the terminal (`peerify arbitrate`) included."""
 
 from __future__ import annotations
 
@@ -11,13 +11,13 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from peerify_dagster.annotation.decisions import DecisionLedger
+from peerify_dagster.annotation.sessions import ItemUnavailable, LeaseStore, Session, now
 from peerify_dagster.assets.arbitration import QUEUE_SCHEMA
 from peerify_dagster.domain import arbitration as arb
 from peerify_dagster.domain import leases
 from peerify_dagster.domain.labels import NOT_SUPPORTED, SUPPORTED
 from peerify_dagster.paths import REPO_ROOT
-from peerify_dagster.resources.annotation import ItemUnavailable, LeaseStore, Session, now
-from peerify_dagster.resources.decisions import DecisionLedger
 from peerify_dagster.resources.lake import Lake
 from tests.arbitration_support import pair
 from tests.cli_support import cli_env
@@ -130,7 +130,7 @@ def test_a_lease_that_ran_out_passes_to_another_and_the_first_answer_is_refused(
 TAKE_ONE = """
 import sys, time
 from pathlib import Path
-from peerify_dagster.resources.annotation import Session
+from peerify_dagster.annotation.sessions import Session
 session = Session(sys.argv[1], "sample", "arbitration", sys.argv[2])
 print("ready", flush=True)
 while not Path(sys.argv[3]).exists():

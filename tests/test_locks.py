@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
+from peerify_dagster.annotation.decisions import DecisionLedger, LedgerError, new_decision
 from peerify_dagster.resources import locks
-from peerify_dagster.resources.decisions import DecisionLedger, LedgerError, new_decision
 from peerify_dagster.resources.llm_gateway import LLMGateway
 from tests.fakes.openai_server import ScriptedOpenAIServer
 

@@ -1,5 +1,5 @@
 """Opaque item ids: what annotators see instead of claim ids (domain/arbitration.py), keyed by the lake's item id
-secret (resources/annotation.py), in `peerify queue export` and back through `peerify decisions import`, which still
+secret (annotation/sessions.py), in `peerify queue export` and back through `peerify decisions import`, which still
 reads files exported before them."""
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ import re
 import pytest
 
 from peerify_dagster import cli
+from peerify_dagster.annotation import audit_sample
+from peerify_dagster.annotation.decisions import decisions_dir
+from peerify_dagster.annotation.sessions import SECRET_FILE, Session, item_id_secret, queue_opaque_ids
 from peerify_dagster.domain import arbitration as arb
 from peerify_dagster.domain.labels import NOT_DETERMINED, SUPPORTED
-from peerify_dagster.resources import audit_sample
-from peerify_dagster.resources.annotation import SECRET_FILE, Session, item_id_secret, queue_opaque_ids
-from peerify_dagster.resources.decisions import decisions_dir
 from peerify_dagster.resources.lake import Lake
 from tests.arbitration_support import CANONICAL, build, pair, standard_labels, write_inputs
 from tests.test_queue_import_export import VENUE, by_item, export, import_file, venue, write_jsonl  # noqa: F401

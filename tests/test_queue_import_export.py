@@ -14,9 +14,9 @@ import dagster as dg
 import pytest
 
 from peerify_dagster import cli
+from peerify_dagster.annotation.decisions import DecisionLedger, new_decision
+from peerify_dagster.annotation.sessions import LeaseStore, queue_opaque_ids
 from peerify_dagster.domain.labels import LABELS
-from peerify_dagster.resources.annotation import LeaseStore, queue_opaque_ids
-from peerify_dagster.resources.decisions import DecisionLedger, new_decision
 from peerify_dagster.resources.lake import Lake
 from tests.arbitration_support import CANONICAL, build, canonical, standard_labels, write_inputs
 

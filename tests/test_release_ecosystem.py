@@ -17,13 +17,13 @@ import polars as pl
 import pytest
 
 from peerify_dagster import cli
+from peerify_dagster.annotation.decisions import DecisionLedger, new_decision
 from peerify_dagster.domain import label_release as rel
 from peerify_dagster.domain.labels import LABELS
 from peerify_dagster.domain.release_diff import release_diff
 from peerify_dagster.domain.slices import SLICES
 from peerify_dagster.domain.venues import load_registry
 from peerify_dagster.paths import REPO_ROOT
-from peerify_dagster.resources.decisions import DecisionLedger, new_decision
 from peerify_dagster.resources.lake import Lake
 from peerify_dagster.resources.llm_gateway import LEDGER_SCHEMA
 from tests.cli_support import cli_env, peerify

@@ -18,10 +18,10 @@ from peerify_dagster.definitions import build_resources
 from peerify_dagster.domain import slices as rules
 from peerify_dagster.domain.venues import RegistryError, load_registry
 from peerify_dagster.partitions import venue_partitions
+from peerify_dagster.quality.expectations import Expect, gate
+from peerify_dagster.quality.slice_gates import GATES, gate_expectations
 from peerify_dagster.resources.dagster_resources import VenueRegistryResource
-from peerify_dagster.resources.expectations import Expect, gate
 from peerify_dagster.resources.lake import Lake
-from peerify_dagster.resources.slice_gates import GATES, gate_expectations
 from tests.support import ALL_ASSETS, write_registry
 
 S, P, N, D = "Supported", "Partially Supported", "Not Supported", "Not Determined"

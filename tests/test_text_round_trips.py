@@ -18,13 +18,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from peerify_dagster import cli
+from peerify_dagster.annotation.decisions import DecisionLedger, new_decision
 from peerify_dagster.domain import arbitration as arb
 from peerify_dagster.domain import label_release as rel
 from peerify_dagster.domain import records
 from peerify_dagster.domain.release import RELEASE_FILES, load_release
 from peerify_dagster.domain.release_import import import_release
 from peerify_dagster.domain.slices import SLICE_COLUMNS, SLICE_SCHEMA
-from peerify_dagster.resources.decisions import DecisionLedger, new_decision
 from tests.arbitration_support import build, standard_labels, write_inputs
 from tests.test_queue_import_export import (  # noqa: F401
     VENUE,

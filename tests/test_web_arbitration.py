@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from peerify_dagster.annotation import audit_sample
+from peerify_dagster.annotation.decisions import DecisionLedger
+from peerify_dagster.annotation.sessions import LeaseStore, Session, queue_opaque_ids
 from peerify_dagster.cli.arbitrate import build_audit_sample
 from peerify_dagster.domain.labels import LABELS, NOT_SUPPORTED, PARTIALLY_SUPPORTED
-from peerify_dagster.resources import audit_sample
-from peerify_dagster.resources.annotation import LeaseStore, Session, queue_opaque_ids
-from peerify_dagster.resources.decisions import DecisionLedger
 from peerify_dagster.resources.lake import Lake
 from tests.web_support import csrf_from, sign_in_client, sign_in_page
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from peerify_dagster.resources.decisions import DecisionLedger
+from peerify_dagster.annotation.decisions import DecisionLedger
 from peerify_dagster.web.app import create_app
 from peerify_dagster.web.data import LakeData
 from peerify_dagster.web.pages import venue_url

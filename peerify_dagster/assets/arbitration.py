@@ -5,11 +5,7 @@ labellers' agreed label, else the applicable human decision from the decisions l
 import dagster as dg
 import polars as pl
 
-from peerify_dagster.domain import arbitration as arb
-from peerify_dagster.domain.columns import column_description
-from peerify_dagster.partitions import venue_partitions
-from peerify_dagster.resources.dagster_resources import LakeResource, VenueRegistryResource
-from peerify_dagster.resources.decisions import (
+from peerify_dagster.annotation.decisions import (
     LEDGER_KINDS,
     ORPHANED_COLUMNS,
     ORPHANED_TABLE,
@@ -17,7 +13,11 @@ from peerify_dagster.resources.decisions import (
     current_decisions,
     orphaned_decision_rows,
 )
-from peerify_dagster.resources.expectations import MAX_FAILING_IDS
+from peerify_dagster.domain import arbitration as arb
+from peerify_dagster.domain.columns import column_description
+from peerify_dagster.partitions import venue_partitions
+from peerify_dagster.quality.expectations import MAX_FAILING_IDS
+from peerify_dagster.resources.dagster_resources import LakeResource, VenueRegistryResource
 from peerify_dagster.resources.llm_gateway import CallLedger
 
 _TEXT = pl.String

@@ -4,11 +4,11 @@ their disagreements, and the automated canonical labels are scored against the h
 import dagster as dg
 import polars as pl
 
+from peerify_dagster.annotation import audit_sample
+from peerify_dagster.annotation.decisions import DecisionLedger
 from peerify_dagster.domain import audit
 from peerify_dagster.partitions import venue_partitions
-from peerify_dagster.resources import audit_sample
 from peerify_dagster.resources.dagster_resources import LakeResource
-from peerify_dagster.resources.decisions import DecisionLedger
 
 HUMAN_AUDIT_SCHEMA = {
     "venue": pl.String, "audit_sample_version": pl.String, "item_id": pl.String, "claim_id": pl.String,

@@ -36,6 +36,7 @@ from peerify_dagster.domain.layout.regions import regions_of_span
 from peerify_dagster.domain.prompts import load_prompt
 from peerify_dagster.domain.retrieval import RETRIEVER_CONFIGS
 from peerify_dagster.partitions import venue_partitions
+from peerify_dagster.quality.expectations import Expect, gate
 from peerify_dagster.resources.cited_papers import CitedPaperResolver, CitedPaperStore, LibraryIndex, index_library
 from peerify_dagster.resources.dagster_resources import (
     DocumentParserResource,
@@ -45,7 +46,6 @@ from peerify_dagster.resources.dagster_resources import (
     RetrievalResource,
     VenueRegistryResource,
 )
-from peerify_dagster.resources.expectations import Expect, gate
 from peerify_dagster.resources.llm_gateway.registry import ModelRegistry
 from peerify_dagster.resources.scholarly import CACHE_DIR as SCHOLARLY_CACHE_DIR
 from peerify_dagster.resources.scholarly import ScholarlyClient

@@ -30,13 +30,13 @@ from peerify_dagster.domain.paper_claims import (
 from peerify_dagster.domain.prompts import template_hash
 from peerify_dagster.domain.quality import with_found
 from peerify_dagster.partitions import venue_partitions
+from peerify_dagster.quality.expectations import Expect, gate
 from peerify_dagster.resources.dagster_resources import (
     EmbeddingResource,
     LakeResource,
     LLMGatewayResource,
     VenueRegistryResource,
 )
-from peerify_dagster.resources.expectations import Expect, gate
 from peerify_dagster.resources.shard_io import (
     POSITION,
     SHARD,

@@ -20,8 +20,8 @@ from peerify_dagster.domain.forum_tables import (
 )
 from peerify_dagster.domain.quality import PDF_URL_PATTERN, TEXT_CHARS, with_found
 from peerify_dagster.partitions import venue_partitions
+from peerify_dagster.quality.expectations import MAX_FAILING_IDS, Expect, gate
 from peerify_dagster.resources.dagster_resources import LakeResource
-from peerify_dagster.resources.expectations import MAX_FAILING_IDS, Expect, gate
 
 RAW_COLUMNS = ["forum_id", "note_id", "note_json", "fetched_at"]
 RAW_ROWS_PER_READ = 2048  # rows of the raw table read at a time; forums are then regrouped whole

@@ -21,9 +21,9 @@ from peerify_dagster.domain.chunking import (
 from peerify_dagster.domain.chunking import chunk_stats as compute_chunk_stats
 from peerify_dagster.domain.layout.blocks import Block
 from peerify_dagster.partitions import venue_partitions
+from peerify_dagster.quality.expectations import Expect, gate
 from peerify_dagster.resources.dagster_resources import DocumentParserResource, LakeResource, VenueRegistryResource
 from peerify_dagster.resources.document_parser import ManuscriptParseError
-from peerify_dagster.resources.expectations import Expect, gate
 from peerify_dagster.resources.openreview import SnapshotReader
 from peerify_dagster.resources.shard_io import (
     POSITION,

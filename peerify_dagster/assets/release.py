@@ -14,6 +14,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from peerify_dagster.annotation import audit_sample
+from peerify_dagster.annotation.decisions import Decision, DecisionLedger
 from peerify_dagster.domain import audit
 from peerify_dagster.domain import label_release as rel
 from peerify_dagster.domain.labelling import SOURCE_THREAD
@@ -21,14 +23,12 @@ from peerify_dagster.domain.prompts import available_prompts, template_hash
 from peerify_dagster.domain.slices import HUMAN_VERIFIED, SLICES
 from peerify_dagster.freshness import SLICES_KEY, latest_materialisation, release_problems, shipped_slices
 from peerify_dagster.lockfile import environment_record
-from peerify_dagster.resources import audit_sample
 from peerify_dagster.resources.dagster_resources import (
     UNPARTITIONED,
     LakeResource,
     ReleaseLineageResource,
     VenueRegistryResource,
 )
-from peerify_dagster.resources.decisions import Decision, DecisionLedger
 from peerify_dagster.resources.lake import RELEASES_DIR
 from peerify_dagster.resources.llm_gateway import LEDGER_SCHEMA, CallLedger, ModelRegistry
 from peerify_dagster.resources.store import readable

@@ -8,9 +8,9 @@ import polars as pl
 from peerify_dagster.domain import slices as rules
 from peerify_dagster.domain.label_release import sha256_hex
 from peerify_dagster.partitions import venue_partitions
+from peerify_dagster.quality.expectations import gate
+from peerify_dagster.quality.slice_gates import GATES, SLICES_SHA256, gate_expectations
 from peerify_dagster.resources.dagster_resources import LakeResource, VenueRegistryResource
-from peerify_dagster.resources.expectations import gate
-from peerify_dagster.resources.slice_gates import GATES, SLICES_SHA256, gate_expectations
 
 
 @dg.asset(

@@ -10,7 +10,7 @@ Modes of `arbitrate`:
 
 Every decision is appended to the venue's decision ledger the moment its key is pressed (the ledger fsyncs), so a
 killed session loses at most the item on screen. Keys are read one at a time when stdin is a terminal, else one
-line per answer (scripts can drive it). The session itself (items, decisions, leases) is resources/annotation.py,
+line per answer (scripts can drive it). The session itself (items, decisions, leases) is annotation/sessions.py,
 shared with the web app: an item on screen here is leased to this annotator, so the browser never offers it to
 another one, and items another annotator holds are skipped.
 """
@@ -31,12 +31,9 @@ from typing import TextIO
 import polars as pl
 
 from peerify_dagster import paths
-from peerify_dagster.cli.common import guarded, refuse_upload, registered_venues, say
-from peerify_dagster.domain import arbitration, audit
-from peerify_dagster.domain.labels import LABELS
-from peerify_dagster.domain.venues import RegistryError, Venue
-from peerify_dagster.resources import audit_sample
-from peerify_dagster.resources.annotation import (
+from peerify_dagster.annotation import audit_sample
+from peerify_dagster.annotation.decisions import LedgerError
+from peerify_dagster.annotation.sessions import (
     CANDIDATE_KEYS,
     LABEL_KEYS,
     MODES,
@@ -48,7 +45,10 @@ from peerify_dagster.resources.annotation import (
     answer_of_key,
     lake_table,
 )
-from peerify_dagster.resources.decisions import LedgerError
+from peerify_dagster.cli.common import guarded, refuse_upload, registered_venues, say
+from peerify_dagster.domain import arbitration, audit
+from peerify_dagster.domain.labels import LABELS
+from peerify_dagster.domain.venues import RegistryError, Venue
 from peerify_dagster.resources.lake import Lake
 
 DEFAULT_SHOWN_LINES = 30

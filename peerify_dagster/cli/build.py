@@ -14,6 +14,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from peerify_dagster import paths
+from peerify_dagster.annotation.decisions import ORPHANED_TABLE
 from peerify_dagster.cli import report
 from peerify_dagster.cli.build_session import BudgetSpent, BuildInterrupted, BuildSession, StopSignals
 from peerify_dagster.cli.cluster import check_cluster_services
@@ -24,7 +25,6 @@ from peerify_dagster.domain.citations.verdicts import CITANCE_TAGGER_ROLE
 from peerify_dagster.domain.llm_stages import prompts_by_role
 from peerify_dagster.domain.release_import import IMPORTED_TABLES
 from peerify_dagster.domain.venues import SOURCE_RELEASE, Venue, missing_files
-from peerify_dagster.resources.decisions import ORPHANED_TABLE
 from peerify_dagster.resources.lake import SHARED_TABLES, Lake, catalog_views, partition_slug, unreadable_reason
 from peerify_dagster.resources.store import readable
 

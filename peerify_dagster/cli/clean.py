@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from peerify_dagster import paths
+from peerify_dagster.annotation.decisions import DECISIONS_DIR
 from peerify_dagster.cli.common import EXIT_USAGE, say
-from peerify_dagster.resources.decisions import DECISIONS_DIR
 from peerify_dagster.resources.lake import LEDGER_DIR, RELEASES_DIR, SNAPSHOTS_DIR
 from peerify_dagster.resources.llm_gateway.batches import BATCHES_DIR
 from peerify_dagster.resources.store import LakeStore, Location

@@ -129,9 +129,9 @@ def _record_in_dagster(instance: dg.DagsterInstance, imported: ri.ImportedReleas
 
     from peerify_dagster.domain import slices as rules
     from peerify_dagster.partitions import venue_partitions
+    from peerify_dagster.quality.expectations import gate
+    from peerify_dagster.quality.slice_gates import GATES, gate_expectations
     from peerify_dagster.resources.dagster_resources import markdown_preview
-    from peerify_dagster.resources.expectations import gate
-    from peerify_dagster.resources.slice_gates import GATES, gate_expectations
 
     venue = imported.venue
     if not instance.has_dynamic_partition(venue_partitions.name, venue):

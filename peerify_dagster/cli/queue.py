@@ -8,7 +8,7 @@ An import validates the whole file first and is accepted whole (one ledger appen
 per problem (`file:line: reason`, or the task for a Label Studio export) and exit code 2. An answer the annotator's
 current decision on the item already records (same queue version, choice, label and note) is not recorded again, so
 importing the same file twice changes nothing. The ledger is read and appended under the venue's lease lock, as the
-browser's and the terminal's decisions are (resources/annotation.py), so an item decided in the browser while the
+browser's and the terminal's decisions are (annotation/sessions.py), so an item decided in the browser while the
 file was being checked is seen: the import's decision supersedes it instead of standing beside it.
 """
 
@@ -21,10 +21,10 @@ from pathlib import Path
 import polars as pl
 
 from peerify_dagster import paths
+from peerify_dagster.annotation.decisions import Decision, DecisionLedger, LedgerError, current_decisions, new_decision
+from peerify_dagster.annotation.sessions import AnnotationError, LeaseStore, queue_opaque_ids
 from peerify_dagster.cli.common import guarded, say
 from peerify_dagster.domain import arbitration as arb
-from peerify_dagster.resources.annotation import AnnotationError, LeaseStore, queue_opaque_ids
-from peerify_dagster.resources.decisions import Decision, DecisionLedger, LedgerError, current_decisions, new_decision
 from peerify_dagster.resources.files import write_atomic
 from peerify_dagster.resources.lake import Lake, UnreadablePartitionError
 

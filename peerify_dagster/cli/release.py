@@ -5,7 +5,7 @@
   refuses first, one line per problem and exit 2, a venue whose slices are not the file their blocking gates passed
   or are older than its decisions or labels, naming the rebuild (`peerify build V`).
 - `peerify release verify RELEASE` re-hashes every file against the manifest, re-checks row counts, schema, the slice
-  rules (the blocking great-expectations gates of resources/slice_gates.py) and that every call id and decision id
+  rules (the blocking great-expectations gates of quality/slice_gates.py) and that every call id and decision id
   a row names is in the release. Exit 0: the release is intact; 1: a mismatch (the first one is named; a file that
   is not UTF-8 or not JSON lines is one, as `file:line: reason`); 2: usage error, or a folder that is no release
   (no manifest.json).
@@ -146,10 +146,10 @@ def _failure_reason(failure) -> str:  # noqa: ANN001 - a dagster StepFailureData
 
 # -- verify ------------------------------------------------------------------------------------------------------------
 def gate_problems(contents: rel.ReleaseContents) -> list[str]:
-    """The blocking slice gates (resources/slice_gates.py, great-expectations), per venue with the venue's slice
+    """The blocking slice gates (quality/slice_gates.py, great-expectations), per venue with the venue's slice
     options as the manifest records them."""
-    from peerify_dagster.resources.expectations import run_expectation
-    from peerify_dagster.resources.slice_gates import GATES, gate_expectations
+    from peerify_dagster.quality.expectations import run_expectation
+    from peerify_dagster.quality.slice_gates import GATES, gate_expectations
 
     rows = contents.rows()
     problems = []
@@ -270,7 +270,7 @@ def _decisions(records: list[dict]) -> tuple[dict, dict, list[str]]:
     """venue -> item -> current arbitration decision; venue -> id -> audit decision; unreadable lines."""
     from dataclasses import fields
 
-    from peerify_dagster.resources.decisions import Decision, current_decisions
+    from peerify_dagster.annotation.decisions import Decision, current_decisions
 
     names = [f.name for f in fields(Decision)]
     decisions, problems = [], []

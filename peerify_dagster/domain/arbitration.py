@@ -178,7 +178,7 @@ def build_queue(venue: str, seed: int, label_rows: Iterable[Mapping], claim_text
     return Queue([{c: r[c] for c in QUEUE_COLUMNS} for r in rows], key)
 
 
-def stale_reason(decision, queue_row: Mapping | None) -> str | None:  # noqa: ANN001 - a resources.decisions.Decision
+def stale_reason(decision, queue_row: Mapping | None) -> str | None:  # noqa: ANN001 - an annotation.decisions.Decision
     """Why an arbitration decision cannot be applied to the queue as it is now, or None when it applies."""
     if queue_row is None:
         return "the item is no longer in the arbitration queue"
@@ -460,7 +460,7 @@ def validate_answers(answers: Sequence[Answer], venue: str, queue_rows: Sequence
     return valid, problems
 
 
-def answer_recorded(answer: ValidAnswer, decision) -> bool:  # noqa: ANN001 - a resources.decisions.Decision
+def answer_recorded(answer: ValidAnswer, decision) -> bool:  # noqa: ANN001 - an annotation.decisions.Decision
     """Whether `decision` (the annotator's current decision on the item, or None) records this answer already: the
     same queue version, choice, label and note. Importing the same file twice records each answer once."""
     return decision is not None and (decision.queue_version, decision.choice, decision.label, decision.note) == (

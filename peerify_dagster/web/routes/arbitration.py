@@ -3,7 +3,7 @@
 - `/arbitration`: the venues, each with its modes and its agreement page;
 - `/venues/{venue}/arbitration`: the modes (arbitration, audit, consensus) with what is open for the signed-in
   annotator;
-- `/venues/{venue}/arbitration/{mode}`: the next item for them (leased to them: see resources/annotation.py), as a
+- `/venues/{venue}/arbitration/{mode}`: the next item for them (leased to them: see annotation/sessions.py), as a
   redirect to `.../{mode}/items/{opaque id}`, the item's page; POSTs there decide, skip, renew the lease or leave,
   and `.../{mode}/undo` retracts the annotator's latest decision of the mode;
 - `/venues/{venue}/agreement`: agreement so far between the two labellers and between the audit's annotators.
@@ -22,9 +22,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
-from peerify_dagster.domain import arbitration as arb
-from peerify_dagster.domain.labels import LABELS
-from peerify_dagster.resources.annotation import (
+from peerify_dagster.annotation.sessions import (
     CANDIDATE_KEYS,
     LABEL_KEYS,
     MODES,
@@ -36,6 +34,8 @@ from peerify_dagster.resources.annotation import (
     annotator_agreement,
     answer_of_key,
 )
+from peerify_dagster.domain import arbitration as arb
+from peerify_dagster.domain.labels import LABELS
 from peerify_dagster.web.pages import lake_data, render, settings, venue_of, venue_url
 from peerify_dagster.web.security import require_annotator
 

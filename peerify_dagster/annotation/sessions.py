@@ -36,11 +36,17 @@ from pathlib import Path
 import polars as pl
 
 from peerify_dagster import deployment
+from peerify_dagster.annotation import audit_sample
+from peerify_dagster.annotation.decisions import (
+    Decision,
+    DecisionLedger,
+    current_decisions,
+    decisions_dir,
+    new_decision,
+)
 from peerify_dagster.domain import arbitration, audit, leases
 from peerify_dagster.domain.label_metrics import confusion_matrix
 from peerify_dagster.domain.labels import LABELS, NOT_DETERMINED, NOT_SUPPORTED, PARTIALLY_SUPPORTED, SUPPORTED
-from peerify_dagster.resources import audit_sample
-from peerify_dagster.resources.decisions import Decision, DecisionLedger, current_decisions, decisions_dir, new_decision
 from peerify_dagster.resources.files import fsync_path, json_bytes, temporary_path
 from peerify_dagster.resources.lake import Lake, UnreadablePartitionError, partition_slug
 from peerify_dagster.resources.locks import exclusive

@@ -14,14 +14,14 @@ from pathlib import Path
 import polars as pl
 
 from peerify_dagster import deployment
-from peerify_dagster.domain.audit import audit_annotators
-from peerify_dagster.resources.decisions import (
+from peerify_dagster.annotation.decisions import (
     Decision,
     DecisionLedger,
     LedgerProblem,
     current_decisions,
     decisions_dir,
 )
+from peerify_dagster.domain.audit import audit_annotators
 from peerify_dagster.resources.locks import exclusive
 from peerify_dagster.resources.store import Location, readable
 

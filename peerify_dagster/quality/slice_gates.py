@@ -6,7 +6,7 @@ import polars as pl
 
 from peerify_dagster.domain import slices as rules
 from peerify_dagster.domain.labels import LABELS, SUPPORTED
-from peerify_dagster.resources.expectations import Expect
+from peerify_dagster.quality.expectations import Expect
 
 SLICE_IDS = ("slice", "claim_id")
 # Metadata of every gate: the sha256 of the slice Parquet file it judged, so a release ships only that file.

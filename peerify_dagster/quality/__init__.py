@@ -1,0 +1,1 @@
+"""Data-quality gates: great-expectations expectations, and the benchmark slices' gates built on them."""
