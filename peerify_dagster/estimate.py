@@ -9,6 +9,9 @@ Each stage is counted from the best source there is, named in the `counted from`
 - `snapshot` / `crawl` / `upload`: nothing built yet, but the venue's forums (an upload's: the files given) are on
   disk: its reviews and their sections counted, claims expected at the release's per-review averages;
 - `size x release averages`: nothing crawled yet: the venue's `sample_size` papers times the release's averages.
+A venue imported from a release (`peerify import-release`) builds the predictions alone, planned from its imported
+claims and passages; before its retrieval has run, a RAG configuration's calls are counted as one per claim whose
+paper has passages (`lake, before retrieval: at most`), with its paper's first k passages as the prompt's.
 Input tokens are counted at CHARS_PER_TOKEN characters per token (an over-count); output tokens are the mean of the
 ledger's answers of that model and prompt, else the model's max_tokens.
 """
@@ -16,7 +19,7 @@ ledger's answers of that model and prompt, else the model's max_tokens.
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -37,7 +40,7 @@ from peerify_dagster.domain.llm_stages import (
 )
 from peerify_dagster.domain.notes import MalformedNote, classify, note_api_version, read_note, text_value
 from peerify_dagster.domain.prompts import load_prompt
-from peerify_dagster.domain.venues import SOURCE_SNAPSHOT, SOURCE_UPLOAD, Venue
+from peerify_dagster.domain.venues import SOURCE_RELEASE, SOURCE_SNAPSHOT, SOURCE_UPLOAD, Venue
 from peerify_dagster.resources.lake import Lake
 from peerify_dagster.resources.llm_gateway.batches import BATCH_PRICE_FACTOR
 from peerify_dagster.resources.store import readable
@@ -54,6 +57,11 @@ PARAGRAPHS_PER_PAPER = 5  # PaperClaimsConfig's default: one claim each, then it
 CITANCES_PER_PAPER = (15, 60)
 ENTRIES_PER_CITANCE = 1.5
 BASIS_LAKE, BASIS_SIZE = "lake", "size x release averages"
+RUNS_STAND_IN = "lake, before retrieval: at most"
+RUNS_TABLE = "retrieval_runs"
+# A release venue's build computes only what follows from its imported tables (freshness.computed_from): of the LLM
+# stages, the predictions alone (tests/test_cost_control.py holds this to the graph).
+RELEASE_STAGES = (PREDICTIONS,)
 
 
 @dataclass
@@ -144,6 +152,8 @@ def estimate_build(lake: Lake, venue: Venue, snapshot: Path, configurations: Seq
     a stage left out makes no call and no claim); `gateway` is an LLMGateway that is never asked to call a model."""
     estimate = Estimate()
     runs = {stage.name for stage in LLM_STAGES} if stages is None else set(stages)
+    if venue.source == SOURCE_RELEASE:
+        runs &= set(RELEASE_STAGES)
     size = venue_size(lake, venue, snapshot)
     means = _mean_tokens(lake)
     expected: dict[str, tuple[int, int]] = {}  # stage -> its calls (low, high) when nothing of it is built
@@ -169,8 +179,10 @@ def estimate_build(lake: Lake, venue: Venue, snapshot: Path, configurations: Seq
                     estimate.not_known.append((stage.name, _unknown_size(venue)))
     llm_configurations = [c for c in configurations if c.nli_model is None] if PREDICTIONS in runs else []
     threaded = any(c.mode == pred.MODE_THREAD for c in llm_configurations)
+    # Without retrieval runs yet (a release venue just imported), the retrieval's claims and passages still plan
+    # every call; the runs only pick which passages a RAG call shows.
     missing = [table for table in pred.INPUT_TABLES + (pred.THREAD_TABLE,) * threaded
-               if not lake.table_path(table, venue.key).exists()]
+               if table != RUNS_TABLE and not lake.table_path(table, venue.key).exists()]
     if not missing and llm_configurations:
         estimate.rows += _exact_predictions(lake, venue.key, llm_configurations, gateway, means, threaded)
     elif llm_configurations and size is None:
@@ -277,13 +289,21 @@ def _from_tables(lake: Lake, venue: str, stage: LLMStage, role: str, model: str,
 
 def _exact_predictions(lake: Lake, venue: str, configurations: Sequence[pred.Configuration], gateway,  # noqa: ANN001
                        means: dict, threaded: bool) -> list[EstimateRow]:
-    """Each configuration's requests planned from the venue's retrieval tables, as its step will make them."""
-    queries, runs = (lake.read_table(t, venue).to_dicts() for t in pred.INPUT_TABLES[:2])
+    """Each configuration's requests planned from the venue's retrieval tables, as its step will make them. Before
+    the retrieval has run, a RAG call is planned with its paper's first k passages standing in for the top k: one
+    call per claim whose paper has passages, an upper bound (RUNS_STAND_IN), as a retriever may find none for a
+    claim (BM25 without a shared term) and two retrievers that rank alike make one call."""
+    queries = lake.read_table("retrieval_queries", venue).to_dicts()
     paper_chunks, text_of = pred.chunks_by_paper(lake.read_table("chunks", venue))
+    retrieved = lake.table_path(RUNS_TABLE, venue).exists()
+    runs = lake.read_table(RUNS_TABLE, venue).to_dicts() if retrieved else _stand_in_runs(
+        queries, paper_chunks, configurations)
     threads = dict(lake.read_table(pred.THREAD_TABLE, venue).select("claim_id", "thread_text").iter_rows()) \
         if threaded else None
     rows: dict[tuple[str, str], EstimateRow] = {}  # (stage, model) -> its row; one stage per configuration
-    seen: set[str] = set()  # a call made once is served from the ledger the next time (another configuration)
+    # A call made once is served from the ledger the next time (another configuration): (scope, call id) seen. The
+    # stand-in passages are the same for every retriever while their real calls are not: scoped by retriever.
+    seen: set[tuple[str | None, str]] = set()
     for configuration in configurations:
         prompt_id = configuration.prompt_id
         template = load_prompt(prompt_id)
@@ -295,22 +315,37 @@ def _exact_predictions(lake: Lake, venue: str, configurations: Sequence[pred.Con
             calls = gateway.plan_calls(name, prompt_id, pred.verifier_items(planned, text_of),
                                        role=pred.VERIFIERS_ROLE)
             stage = f"predictions:{configuration.name}"
-            row = rows.setdefault((stage, name), EstimateRow(stage, pred.VERIFIERS_ROLE, name))
+            basis = BASIS_LAKE if retrieved or configuration.mode != pred.MODE_RAG else RUNS_STAND_IN
+            row = rows.setdefault((stage, name), EstimateRow(stage, pred.VERIFIERS_ROLE, name, basis=basis))
             known = means.get((name, prompt_id))
             row.output_basis = ("mean of the ledger's answers" if known is not None
                                 else "max_tokens (no answer of this model and prompt in the ledger)")
             made, tokens_in, tokens_out = row.calls[0], row.tokens_in[0], row.tokens_out[0]
             for call in calls:
-                if call.in_ledger or call.call_id in seen:
+                key = (configuration.retriever if basis == RUNS_STAND_IN else None, call.call_id)
+                if call.in_ledger or key in seen:
                     row.ledger_hits += 1
                     continue
-                seen.add(call.call_id)
+                seen.add(key)
                 made += 1
                 tokens_in += pred.estimated_tokens(call.prompt_text)
                 tokens_out += round(known[1]) if known is not None else int(call.max_tokens or 0)
             row.calls, row.tokens_in, row.tokens_out = (made, made), (tokens_in, tokens_in), (tokens_out, tokens_out)
             _priced(row, gateway)
     return list(rows.values())
+
+
+def _stand_in_runs(queries: Sequence[dict], paper_chunks: Mapping[str, Sequence[tuple[str, str]]],
+                   configurations: Sequence[pred.Configuration]) -> list[dict]:
+    """retrieval_runs rows as each RAG configuration's retriever would rank, if it ranked a paper's passages in their
+    order: one call per claim whose paper has passages, as a retrieval over the paper's own passages gives."""
+    depth: dict[str, int] = {}  # retriever -> the most passages a configuration shows of it
+    for configuration in configurations:
+        if configuration.mode == pred.MODE_RAG:
+            depth[configuration.retriever] = max(configuration.k, depth.get(configuration.retriever, 0))
+    return [{"retriever": retriever, "claim_id": query["claim_id"], "status": "ok", "rank": rank, "chunk_id": chunk_id}
+            for retriever, k in depth.items() for query in queries
+            for rank, (chunk_id, _) in enumerate(paper_chunks.get(query["paper_id"], [])[:k], start=1)]
 
 
 def _mean_tokens(lake: Lake) -> dict[tuple[str, str], tuple[float, float]]:

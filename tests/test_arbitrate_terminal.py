@@ -16,6 +16,7 @@ import polars as pl
 import pytest
 
 from peerify_dagster.annotation.decisions import DecisionLedger, current_decisions
+from peerify_dagster.annotation.sessions import Session
 from peerify_dagster.assets.arbitration import QUEUE_SCHEMA
 from peerify_dagster.domain.labels import NOT_DETERMINED as D
 from peerify_dagster.domain.labels import NOT_SUPPORTED as N
@@ -57,9 +58,14 @@ def env_of(work: Path) -> dict:
 
 
 def candidates(work: Path) -> dict[str, tuple[str | None, str | None]]:
-    """claim id -> (candidate 1's label, candidate 2's label), in the queue's seeded order."""
+    """claim id -> (candidate 1's label, candidate 2's label), in the queue's keyed order."""
     queue = Lake(work / "lake").read_table("arbitration_queue", VENUE)
     return {row["claim_id"]: (row["candidate_1_label"], row["candidate_2_label"]) for row in queue.to_dicts()}
+
+
+def shown_ids(lake: Path) -> dict[str, str]:
+    """claim id -> the opaque id the terminal names its thread item by (never the claim id)."""
+    return {item.claim_id: item.opaque_id for item in Session(lake, VENUE, "arbitration", "reader").items}
 
 
 def spawn(work: Path, *args: str) -> pexpect.spawn:
@@ -88,8 +94,9 @@ def test_choose_third_label_undo_note_skip_quit_and_the_canonical_labels(work):
     offered = candidates(work)
     p_candidate = offered["c3"].index(P) + 1
     unparsed = offered["c4"].index(None) + 1
+    ids = shown_ids(work / "lake")
     child = spawn(work, "--annotator", "alice")
-    child.expect_exact("1/4  (4 open)  c1:thread")
+    child.expect_exact(f"1/4  (4 open)  {ids['c1']}")
     child.expect_exact("more lines")  # c1's long source material is trimmed, with a marker saying how much
     child.expect_exact("keys: 1/2 choose a candidate")
     child.send("m")
@@ -98,23 +105,23 @@ def test_choose_third_label_undo_note_skip_quit_and_the_canonical_labels(work):
     child.expect_exact("unknown key 'x'")
     child.send("1")
     child.expect_exact(f"saved: {offered['c1'][0]} (candidate 1)")
-    child.expect_exact("2/4  (3 open)  c2:thread")
+    child.expect_exact(f"2/4  (3 open)  {ids['c2']}")
     child.send("o")
     child.expect_exact("note: ")
     child.sendline("claim quoted from the summary")
     child.expect_exact("note kept")
     child.send("2")
     child.expect_exact(f"saved: {offered['c2'][1]} (candidate 2)")
-    child.expect_exact("3/4  (2 open)  c3:thread")
+    child.expect_exact(f"3/4  (2 open)  {ids['c3']}")
     child.send("s")  # neither candidate says Supported: a third label
     child.expect_exact(f"saved: {S}\r\n")
-    child.expect_exact("4/4  (1 open)  c4:thread")
+    child.expect_exact(f"4/4  (1 open)  {ids['c4']}")
     child.send("u")  # undo: c3 is open again and shown at once
-    child.expect_exact(f"undone: your decision {S} on c3:thread")
-    child.expect_exact("3/4  (2 open)  c3:thread")
+    child.expect_exact(f"undone: your decision {S} on {ids['c3']}")
+    child.expect_exact(f"3/4  (2 open)  {ids['c3']}")
     child.send("p")  # a label key equal to a candidate's label upholds that candidate
     child.expect_exact(f"saved: {P} (candidate {p_candidate})")
-    child.expect_exact("4/4  (1 open)  c4:thread")
+    child.expect_exact(f"4/4  (1 open)  {ids['c4']}")
     child.send(str(unparsed))  # that candidate failed to parse: nothing to choose
     child.expect_exact(f"candidate {unparsed} has no label")
     child.send("k")
@@ -145,7 +152,7 @@ def test_choose_third_label_undo_note_skip_quit_and_the_canonical_labels(work):
 
     # the skipped item is the only one open next time; q quits
     child = spawn(work, "--annotator", "bob")
-    child.expect_exact("4/4  (1 open)  c4:thread")
+    child.expect_exact(f"4/4  (1 open)  {ids['c4']}")
     child.send("q")
     child.expect_exact("quit; 0 decision(s) saved")
     assert finish(child) == 0
@@ -159,18 +166,18 @@ def test_a_candidate_that_did_not_parse_shows_its_raw_answer_and_is_never_offere
                                              "call-b-c1-thread": '{"label": "RAW-B1 true-ish"}',
                                              "call-a-c2-thread": "RAW-A2 cannot tell"})
     build(VENUE, sample_registry(tmp_path), tmp_path / "lake", dg.DagsterInstance.ephemeral())
-    offered = candidates(tmp_path)
+    offered, ids = candidates(tmp_path), shown_ids(tmp_path / "lake")
     log = tmp_path / "screen.txt"
     child = spawn(tmp_path, "--annotator", "alice")
     child.logfile_read = open(log, "w")
-    child.expect_exact("1/2  (2 open)  c1:thread")
+    child.expect_exact(f"1/2  (2 open)  {ids['c1']}")
     child.expect_exact("keys: ")
     child.expect_exact("> ")
     child.send("1")  # not offered: neither candidate has a label to choose
     child.expect_exact("candidate 1 has no label")
     child.send("s")
     child.expect_exact(f"saved: {S}\r\n")
-    child.expect_exact("2/2  (1 open)  c2:thread")
+    child.expect_exact(f"2/2  (1 open)  {ids['c2']}")
     labelled = offered["c2"].index(N) + 1
     child.expect_exact(f"keys: {labelled} choose candidate {labelled}, s=")
     child.expect_exact("> ")
@@ -178,7 +185,7 @@ def test_a_candidate_that_did_not_parse_shows_its_raw_answer_and_is_never_offere
     assert finish(child) == 0
     child.logfile_read.close()
     screen = log.read_text().replace("\r\n", "\n")
-    c1, c2 = screen.split("c2:thread ===")
+    c1, c2 = screen.split(f"{ids['c2']} ===")
     # both raw answers of c1 under "(no label ...)", and no choice of a candidate offered for it
     assert c1.count("(no label: the answer did not parse)\n    its raw answer:\n    | ") == 2
     assert "| RAW-A1 I believe it is mostly right" in c1 and '| {"label": "RAW-B1 true-ish"}' in c1
@@ -202,15 +209,17 @@ def test_the_labellers_are_never_shown(work):
     assert finish(child) == 0
     child.logfile_read.close()
     screen = log.read_text()
-    for claim_id in ("c1", "c2", "c3", "c4"):
-        assert f"{claim_id}:thread" in screen and f"justification for {claim_id}" in screen
+    ids = shown_ids(work / "lake")
+    for claim_id in ("c1", "c2", "c3", "c4"):  # named by opaque id: a claim id joins to the labellers' rows
+        assert ids[claim_id] in screen and f"{claim_id}:thread" not in screen
+        assert f"justification for {claim_id}" in screen
         assert f"quote a {claim_id}" in screen
     for secret in (*MODELS.values(), "labeller", "Labeller", "a_upheld", "b_upheld"):
         assert secret not in screen
 
 
 def test_kill_9_loses_only_the_open_item(work):
-    first = candidates(work)["c1"][0]
+    first, ids = candidates(work)["c1"][0], shown_ids(work / "lake")
     child = spawn(work, "--annotator", "alice")
     child.expect_exact("1/4")
     child.send("1")
@@ -229,7 +238,7 @@ def test_kill_9_loses_only_the_open_item(work):
     assert contents.problems == []
     assert [(d.item_id, d.label) for d in contents.decisions] == [("c1:thread", first), ("c2:thread", N)]
     child = spawn(work, "--annotator", "alice")
-    child.expect_exact("3/4  (2 open)  c3:thread")
+    child.expect_exact(f"3/4  (2 open)  {ids['c3']}")
     child.send("q")
     assert finish(child) == 0
 

@@ -1,4 +1,4 @@
-"""The arbitration queue (anonymised, seeded order, mapping kept apart), canonical labels from the decisions ledger,
+"""The arbitration queue (anonymised, keyed order, mapping kept apart), canonical labels from the decisions ledger,
 and the sensor that re-materialises only the venue whose ledger grew."""
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from tests.support import materialization_metadata
 
 VENUE, OTHER = "X.cc/2026", "Y.cc/2026"
 SECRET = b"a test lake's item id secret"
+ORDER = arb.keyed_order(SECRET, VENUE)
 
 
 def opaque(queue: arb.Queue) -> dict[str, str]:
@@ -59,22 +60,23 @@ def synthetic_labels(n: int) -> list[dict]:
     return [row for i in range(n) for row in pair(VENUE, f"claim{i:03d}", "thread", labels[i % 4], labels[(i + 1) % 4])]
 
 
-def test_candidate_order_is_seeded_per_record_and_balanced():
+def test_candidate_order_is_keyed_per_record_and_balanced():
     rows = synthetic_labels(200)
     texts, types = {}, {}
-    first, again = arb.build_queue(VENUE, 11, rows, texts, types), arb.build_queue(VENUE, 11, rows[::-1], texts, types)
+    first = arb.build_queue(VENUE, ORDER, rows, texts, types)
+    again = arb.build_queue(VENUE, arb.keyed_order(SECRET, VENUE), rows[::-1], texts, types)
     assert first == again  # same record, same order, whatever the input order
     a_first = sum(k["candidate_1_labeller"] == "a" for k in first.key)
     assert len(first.key) == 200 and 70 <= a_first <= 130  # between 35% and 65%
     for row, key in zip(first.rows, first.key):
         labeller = key["candidate_1_labeller"]
         assert row["candidate_1_justification"].startswith(f"{labeller}-justification")
-    reseeded = arb.build_queue(VENUE, 12, rows, texts, types)
-    assert reseeded.key != first.key and reseeded.rows[0]["queue_version"] != first.rows[0]["queue_version"]
+    rekeyed = arb.build_queue(VENUE, arb.keyed_order(b"another lake's secret", VENUE), rows, texts, types)
+    assert rekeyed.key != first.key and rekeyed.rows[0]["queue_version"] != first.rows[0]["queue_version"]
 
 
 def test_queue_holds_disagreements_and_parse_failures_only():
-    queue = arb.build_queue(VENUE, 11, standard_labels(VENUE), {"c1": "claim one"}, {"c1": "factual"})
+    queue = arb.build_queue(VENUE, ORDER, standard_labels(VENUE), {"c1": "claim one"}, {"c1": "factual"})
     assert {row["item_id"]: row["reason"] for row in queue.rows} == {
         "c1:thread": "disagree", "c3:thread": "parse_failed", "c5:manuscript": "disagree"}
     c3 = next(row for row in queue.rows if row["item_id"] == "c3:thread")
@@ -86,7 +88,7 @@ def test_queue_holds_disagreements_and_parse_failures_only():
 
 
 def test_the_mapping_is_absent_from_the_queue_and_every_export():
-    queue = arb.build_queue(VENUE, 11, synthetic_labels(20), {}, {})
+    queue = arb.build_queue(VENUE, ORDER, synthetic_labels(20), {}, {})
     frame_text = pl.DataFrame(queue.rows).write_json()
     ids = opaque(queue)
     exports = [arb.to_jsonl(queue.rows, ids), arb.to_csv(queue.rows, ids),
@@ -109,7 +111,7 @@ def test_the_mapping_is_absent_from_the_queue_and_every_export():
 
 def test_an_answer_that_did_not_parse_is_queued_with_its_raw_answer_and_exported_with_it():
     raw = '{"label": "Mostly true", "justification": "the table says so"}'
-    queue = arb.build_queue(VENUE, 11, standard_labels(VENUE), {}, {}, {"call-b-c3-thread": raw})
+    queue = arb.build_queue(VENUE, ORDER, standard_labels(VENUE), {}, {}, {"call-b-c3-thread": raw})
     c3 = next(row for row in queue.rows if row["item_id"] == "c3:thread")
     unparsed = next(c for c in arb.CANDIDATES if c3[f"{c}_label"] is None)
     parsed = next(c for c in arb.CANDIDATES if c != unparsed)
@@ -121,7 +123,7 @@ def test_an_answer_that_did_not_parse_is_queued_with_its_raw_answer_and_exported
     assert "Raw answer" not in task["data"][parsed]
     assert json.loads(arb.to_jsonl(queue.rows, ids).splitlines()[1])[f"{unparsed}_raw_answer"] == raw
     # the call gone from the ledger: the label as the model wrote it (claim_labels' raw_label)
-    without_ledger = arb.build_queue(VENUE, 11, standard_labels(VENUE), {}, {})
+    without_ledger = arb.build_queue(VENUE, ORDER, standard_labels(VENUE), {}, {})
     assert next(row for row in without_ledger.rows if row["item_id"] == "c3:thread")[f"{unparsed}_raw_answer"] \
         == "Mostly true"
 

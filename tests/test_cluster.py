@@ -28,6 +28,8 @@ import pytest
 import yaml
 from dagster._core.instance.ref import InstanceRef
 
+from peerify_dagster.annotation.decisions import decisions_dir
+from peerify_dagster.annotation.sessions import SECRET_FILE
 from peerify_dagster.cluster import CLUSTER_INSTANCE, K8S_RUN_CONFIG, QUEUE_TAG, QUEUES, queue_tags
 from peerify_dagster.paths import REPO_ROOT
 from peerify_dagster.resources.lake import CATALOG_FILE, LEDGER_DIR, partition_slug
@@ -183,9 +185,13 @@ class KilledAndRetried:
 
 
 @pytest.fixture(scope="module")
-def killed_and_retried(cluster) -> KilledAndRetried:
+def killed_and_retried(cluster, sample_lake) -> KilledAndRetried:
     """The venue's graph run on the workers with the `llm` pool at one slot; the process running KILLED_ASSET's LLM
     step is SIGKILLed as the step starts; run_job then re-executes the failed run from its failure by itself."""
+    # The venue's item id secret is drawn at random in each lake: the bucket gets the default build's, so both lakes
+    # order the arbitration candidates alike and every object can be compared byte for byte.
+    secret = (decisions_dir(sample_lake, VENUE) / SECRET_FILE).relative_to(sample_lake).as_posix()
+    cluster.s3.filesystem().pipe_file(f"{BUCKET}/{PREFIX}/{secret}", (sample_lake / secret).read_bytes())
     instance = cluster.instance()
     instance.event_log_storage.set_concurrency_slots("llm", 1)
     llm_ops = llm_pool_ops()

@@ -27,8 +27,9 @@ from peerify_dagster.assets.labels import CLAIM_LABEL_SCHEMA
 from peerify_dagster.assets.predictions import PREDICTION_SCHEMA
 from peerify_dagster.domain.llm_stages import LLM_STAGES, prompts_by_role
 from peerify_dagster.domain.predictions import load_configurations
+from peerify_dagster.domain.release_import import IMPORTED_TABLES
 from peerify_dagster.domain.venues import Venue, load_registry
-from peerify_dagster.estimate import BASIS_SIZE, estimate_build, format_estimate
+from peerify_dagster.estimate import BASIS_SIZE, RELEASE_STAGES, RUNS_STAND_IN, estimate_build, format_estimate
 from peerify_dagster.paths import REPO_ROOT
 from peerify_dagster.resources.files import TEMPORARY_NAME
 from peerify_dagster.resources.lake import Lake
@@ -38,6 +39,7 @@ from tests.cli_support import cli_env, fresh_home, peerify, start_peerify
 from tests.fakes.openai_server import ScriptedOpenAIServer
 from tests.support import SAMPLE_RECORDING, sample_registry
 from tests.test_claims_assets import scripted_answer
+from tests.test_release_import import write_release
 
 SCHEMAS = {"review_claims": REVIEW_CLAIM_SCHEMA, "claims_dropped": DROPPED_SCHEMA, "claim_types": CLAIM_TYPE_SCHEMA,
            "paper_claims": PAPER_CLAIM_SCHEMA, "paper_claims_dropped": PAPER_CLAIM_GAP_SCHEMA,
@@ -147,6 +149,52 @@ def test_a_venue_with_nothing_crawled_is_estimated_from_its_size_and_labelled_so
     unsized = estimate_of(Venue(key="All.cc/2026", openreview_id="All.cc/2026", source="api", seed=1),
                           sample_configurations("All.cc/2026"))
     assert not unsized.rows and "sample_size null" in format_estimate(unsized, "All.cc/2026")
+
+
+def test_a_release_venue_is_estimated_for_the_stages_its_build_runs_only():
+    """A release venue's build computes what follows from its imported tables: of the LLM stages, the predictions
+    (per configuration) alone, which is what the estimate counts for it."""
+    from peerify_dagster.definitions import defs
+    from peerify_dagster.freshness import computed_from
+
+    computed = {key.to_user_string() for key in computed_from(defs, IMPORTED_TABLES)}
+    assert set(RELEASE_STAGES) == {stage.name for stage in LLM_STAGES
+                                   if stage.name in computed or stage.per_configuration}
+
+
+def test_the_estimate_of_an_imported_release_venue_counts_the_calls_its_build_makes(tmp_path):
+    """The estimate of a release venue just imported counts every verifier call of every configuration it builds
+    (the shipped `release_venues:`), checked against the calls a real build then makes: exact where no retrieval
+    chooses the passages, at most one per claim with passages where one does (BM25 finds none for some claims)."""
+    venue, registry, lake = "release-tiny", tmp_path / "venues.yaml", Lake(tmp_path / "lake")
+    registry.write_text("venues:\n")
+    with ScriptedOpenAIServer(responder=scripted_answer) as server:
+        models = priced_models(tmp_path, server.base_url)
+        env = cli_env(lake.root, registry, fresh_home(tmp_path / "home"), PEERIFY_MODELS_FILE=str(models),
+                      LOOPBACK_API_KEY="k")
+        imported = peerify("import-release", str(write_release(tmp_path / "tiny")), "--venue", venue, env=env,
+                           timeout=300)
+        assert imported.returncode == 0, imported.stderr[-3000:]
+        configurations = load_configurations(REPO_ROOT / "configurations.yaml", ["loopback"]).for_venue(
+            venue, release=True)
+        gateway = LLMGateway(lake.root, models_file=models, env={"LOOPBACK_API_KEY": "k"})
+        estimate = estimate_build(lake, load_registry(registry)[venue], tmp_path / "none", configurations, gateway)
+        printed = peerify("build", venue, "--estimate", env=env, timeout=300)
+        built = peerify("build", venue, env=env, timeout=900)
+        made = server.request_count
+    assert built.returncode == 0, built.stderr[-3000:]
+    rows = {row.stage: row for row in estimate.rows}
+    assert set(rows) == {f"predictions:{c.name}" for c in configurations} and not estimate.not_known
+    total = sum(row.calls[1] for row in estimate.rows)
+    assert f"total: {total} calls" in printed.stdout and "$0.0000" not in printed.stdout.splitlines()[-1]
+    for configuration in configurations:
+        row = rows[f"predictions:{configuration.name}"]
+        called = lake.read_table("predictions", f"{configuration.name}|{venue}")["call_id"].drop_nulls().len()
+        if configuration.retriever == "bm25":
+            assert row.basis == RUNS_STAND_IN and 0 < called <= row.calls[0] == row.calls[1], configuration.name
+        else:
+            assert row.calls == (called, called) and called > 0, configuration.name
+    assert 0 < made <= total
 
 
 # -- configurations --------------------------------------------------------------------------------------------------

@@ -47,7 +47,7 @@ def test_resources_read_the_environment_when_used_not_when_imported(tmp_path, mo
 def test_embedder_leaves_the_hub_setting_of_the_process_alone():
     from peerify_dagster.resources.embedder import Embedder
 
-    Embedder()
+    Embedder().embed(["the model is loaded when it embeds"])
     assert "HF_HUB_OFFLINE" not in os.environ
 
 

@@ -54,7 +54,7 @@ def test_one_lease_per_annotator_and_mode_and_release():
     assert [lease.item_id for lease in moved] == ["i2"]
     with_bob = leases.take(moved, "arbitration", "i1", "bob", NOW)
     assert leases.held_by_others(with_bob, "arbitration", "alice", NOW) == {"i1"}
-    released = leases.release(with_bob, "arbitration", "alice", NOW)
+    released = leases.release(with_bob, "arbitration", "alice")
     assert [(lease.item_id, lease.annotator) for lease in released] == [("i1", "bob")]
     assert leases.holder(released, "arbitration", "i2", NOW) is None
 
@@ -90,7 +90,8 @@ def test_stored_leases_round_trip_and_an_unreadable_record_is_no_lease():
 def write_queue(lake_root: Path, claims: int = 4) -> list[dict]:
     """An arbitration queue of `claims` thread items (labeller A Supported, B Not Supported), in the lake."""
     rows = [row for i in range(claims) for row in pair(VENUE, f"c{i}", "thread", SUPPORTED, NOT_SUPPORTED)]
-    queue = arb.build_queue(VENUE, 7, rows, {f"c{i}": f"claim {i}" for i in range(claims)}, {})
+    texts = {f"c{i}": f"claim {i}" for i in range(claims)}
+    queue = arb.build_queue(VENUE, arb.keyed_order(b"secret", VENUE), rows, texts, {})
     Lake(lake_root).write_table("arbitration_queue", VENUE, pl.DataFrame(queue.rows, schema=QUEUE_SCHEMA))
     return queue.rows
 
@@ -155,13 +156,15 @@ def test_sessions_in_separate_processes_never_take_the_same_item(tmp_path):
 def test_the_terminal_skips_an_item_another_annotator_holds_and_gives_up_its_own(tmp_path):
     lake, registry = tmp_path / "lake", sample_registry(tmp_path)
     write_queue(lake, claims=2)
-    Session(lake, VENUE, "arbitration", "alice").next_item()  # alice holds c0 (in the browser, say)
+    alice = Session(lake, VENUE, "arbitration", "alice")
+    alice.next_item()  # alice holds c0 (in the browser, say)
+    shown = {item.item_id: item.opaque_id for item in alice.items}  # the terminal names items as the browser does
     env = cli_env(lake, registry, None)
     done = subprocess.run([sys.executable, "-m", "peerify_dagster.cli", "arbitrate", "--venue", VENUE,
                            "--annotator", "bob"], env=env, cwd=REPO_ROOT, input="q\n", capture_output=True,
                           text=True, timeout=60)
     assert done.returncode == 0, done.stderr
-    assert "2/2  (2 open)  c1:thread" in done.stdout and "c0:thread" not in done.stdout
+    assert f"2/2  (2 open)  {shown['c1:thread']}" in done.stdout and shown["c0:thread"] not in done.stdout
     # bob quit: his lease on c1 is given up, alice keeps hers
     held = [(lease.annotator, lease.item_id) for lease in LeaseStore(lake, VENUE).snapshot()]
     assert held == [("alice", "c0:thread")]

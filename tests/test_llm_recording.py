@@ -12,11 +12,14 @@ import pyarrow.parquet as pq
 import pytest
 
 from peerify_dagster.domain.predictions import load_configurations
+from peerify_dagster.domain.venues import load_registry
 from peerify_dagster.paths import REPO_ROOT
 from peerify_dagster.resources.lake import Lake
 from peerify_dagster.resources.llm_gateway import CallLedger
+from peerify_dagster.resources.llm_gateway.ledger import LEDGER_SCHEMA
 from peerify_dagster.resources.llm_gateway.registry import ModelRegistry
-from peerify_dagster.resources.llm_recording import RecordingError, install_recording
+from peerify_dagster.resources.llm_recording import RecordingError, check_recording, install_recording
+from tests.cli_support import cli_env, fresh_home, peerify
 from tests.support import (
     SAMPLE_RECORDING,
     materialise,
@@ -44,11 +47,51 @@ def test_install_copies_the_recording_once_and_its_calls_answer(tmp_path):
 def test_a_file_that_is_not_a_ledger_recording_is_refused(tmp_path):
     other = tmp_path / "other.parquet"
     pq.write_table(pa.table({"call_id": ["x"]}), other)
-    with pytest.raises(RecordingError, match="other.parquet: its columns are not the llm_calls ledger's"):
+    with pytest.raises(RecordingError, match=r"other.parquet: its columns \['call_id'\] are not the llm_calls "):
         install_recording(tmp_path / "lake", other)
+    wrong_type = tmp_path / "wrong_type.parquet"
+    recorded = pq.read_table(SAMPLE_RECORDING)
+    pq.write_table(recorded.set_column(17, "attempts", pa.array([1] * recorded.num_rows, pa.int64())), wrong_type)
+    with pytest.raises(RecordingError, match="wrong_type.parquet: column attempts is int64, the llm_calls ledger's is "
+                                             "int32"):
+        install_recording(tmp_path / "lake", wrong_type)
     with pytest.raises(RecordingError, match="missing.parquet: cannot be read"):
         install_recording(tmp_path / "lake", tmp_path / "missing.parquet")
     assert not (tmp_path / "lake" / "llm_calls").exists() or not list((tmp_path / "lake" / "llm_calls").iterdir())
+
+
+def test_a_recording_written_by_polars_large_strings_and_all_installs_as_the_ledgers_columns(tmp_path):
+    written = tmp_path / "polars.parquet"
+    pl.read_parquet(SAMPLE_RECORDING).write_parquet(written)
+    assert pa.large_string() in pq.read_schema(written).types  # what polars writes for its strings
+    assert check_recording(written).names == LEDGER_SCHEMA.names
+    segment = install_recording(tmp_path / "lake", written)
+    assert pq.read_schema(segment).equals(LEDGER_SCHEMA, check_metadata=False)
+    assert pq.read_table(segment).equals(pq.read_table(SAMPLE_RECORDING))
+    assert install_recording(tmp_path / "lake", written) is None
+    ledger = CallLedger(tmp_path / "lake")
+    assert all(ledger.lookup(call_id) is not None for call_id in pq.read_table(written)["call_id"].to_pylist())
+
+
+@pytest.mark.parametrize("recording", ["not parquet", "a folder", "other columns"])
+def test_a_recording_that_cannot_be_installed_is_refused_before_any_work(tmp_path, recording):
+    """By `venues add --llm-recording` and by the build's preflight, not by the first LLM step minutes later."""
+    path = tmp_path / "recording.parquet"
+    if recording == "a folder":
+        path.mkdir()
+    elif recording == "not parquet":
+        path.write_text("call_id\nx\n")
+    else:
+        pq.write_table(pa.table({"call_id": ["x"]}), path)
+    registry = sample_registry(tmp_path, llm_recording=str(path))
+    env = cli_env(tmp_path / "lake", registry, fresh_home(tmp_path / "home"))
+    for command in (("build", "sample"), ("build", "sample", "--estimate"),
+                    ("venues", "add", "other", "--llm-recording", str(path))):
+        done = peerify(*command, env=env, timeout=300)
+        assert done.returncode == 2 and "Traceback" not in done.stderr, (command, done.stderr)
+        assert f"LLM recording {path}: " in done.stderr and len(done.stderr.splitlines()) == 1, (command, done.stderr)
+    assert not (tmp_path / "lake").exists()  # nothing crawled, parsed or called
+    assert "other" not in load_registry(registry)
 
 
 @pytest.fixture(scope="module")

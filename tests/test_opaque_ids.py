@@ -56,7 +56,7 @@ def answer(record: dict, **fields) -> arb.Answer:
 
 
 def test_answers_name_items_by_opaque_id_or_in_the_old_form():
-    queue = arb.build_queue(VENUE, 11, standard_labels(VENUE), {}, {})
+    queue = arb.build_queue(VENUE, arb.keyed_order(b"secret", VENUE), standard_labels(VENUE), {}, {})
     version = queue.rows[0]["queue_version"]
     ids = arb.opaque_item_ids(b"secret", VENUE, version, [row["item_id"] for row in queue.rows])
     base = {"venue": VENUE, "queue_version": version}

@@ -191,6 +191,16 @@ JSONL_REJECTIONS = {
                              "item 'q-0123456789ab' is no item of queue version"),
     "third label that is a candidate": ({"choice": "third_label", "label": "Not Supported"},
                                         "third_label 'Not Supported' is one of the candidates"),
+    # fields of another type than a string, as a script writing the file may give them
+    "integer item_id": ({"item_id": 17, "choice": "candidate_1"}, "item_id must be a string or null, got int 17"),
+    "non-string note": ({"note": ["looked", "twice"], "choice": "candidate_1"},
+                        "note must be a string or null, got list ['looked', 'twice']"),
+    "numeric label": ({"label": 2}, "label must be a string or null, got int 2"),
+    "object venue": ({"venue": {"id": VENUE}, "choice": "candidate_1"}, "venue must be a string or null, got dict"),
+    "boolean choice": ({"choice": True}, "choice must be a string or null, got bool True"),
+    "huge number as queue version": ({"queue_version": 10 ** 300, "choice": "candidate_1"},
+                                     "queue_version must be a string or null, got int 1000000000"),
+    "lone surrogate in the note": ({"note": "\ud800", "choice": "candidate_1"}, "note holds a lone surrogate"),
 }
 
 
@@ -253,4 +263,157 @@ def test_csv_and_labelstudio_rejections(tmp_path, venue, capsys):
     assert f"{ls_path}: task 1 (id 1): 2 annotations; export one per task" in err
     assert "task 2 (id 2): item 'c1:manuscript': known claim, but this item is not in the arbitration queue" in err
     assert "task 2 (id 2): label 'Refuted' is not one of" in err
+    assert not venue["ledger"].path.exists()
+
+
+@pytest.mark.parametrize(("line", "reason"), [
+    ("[1, 2]", "not a JSON object but a list"),
+    ('"a string"', "not a JSON object but a str"),
+    ("[" * 100_000, "not valid JSON (arrays or objects nested too deeply)"),
+    ('{"item_id": ' + "7" * 5000 + "}", "not valid JSON (a number with more digits than can be read)"),
+    ('{"note": "cut', "not valid JSON (Unterminated string"),
+])
+def test_a_line_that_is_no_answer_is_named_and_nothing_is_written(tmp_path, venue, capsys, line, reason):
+    good = {**by_item(venue, export(tmp_path, "jsonl"))["c5:manuscript"], "label": "Not Determined"}
+    path = tmp_path / "answers.jsonl"
+    path.write_text(json.dumps(good) + "\n" + line + "\n")
+    capsys.readouterr()
+    assert import_file(path) == 2
+    err = capsys.readouterr().err
+    assert f"{path}:2: {reason}" in err and "Traceback" not in err, err[-2000:]
+    assert not venue["ledger"].path.exists()
+
+
+def _labelled_tasks(tmp_path, venue) -> list[dict]:
+    """The exported tasks as Label Studio exports them, c1:thread labelled with its candidate 2's label."""
+    folder = tmp_path / "ls"
+    assert cli.main(["queue", "export", "--venue", VENUE, "--format", "labelstudio", "--out", str(folder)]) == 0
+    tasks = json.loads((folder / "tasks.json").read_text())
+    c1 = by_item(venue, [t["data"] for t in tasks])["c1:thread"]
+    return labelstudio_export(tasks, {c1["item_id"]: [c1["candidate_2_label"]]})
+
+
+def _first_annotation(tasks: list[dict]) -> tuple[dict, dict]:
+    task = next(t for t in tasks if t["annotations"])
+    return task, task["annotations"][0]
+
+
+LABELSTUDIO_SHAPES = {  # a change to the one labelled task's parts, and the reason given for it
+    "a value that is a string": (lambda task, ann: ann["result"][0].update(value="Supported"),
+                                 "the `label` result's value must be an object, got 'Supported'"),
+    "annotations an object": (lambda task, ann: task.update(annotations={"result": []}),
+                              "`annotations` must be a list of objects, got {'result': []}"),
+    "annotations a number": (lambda task, ann: task.update(annotations=3),
+                             "`annotations` must be a list of objects, got 3"),
+    "result missing": (lambda task, ann: ann.pop("result"), "the annotation's `result` must be a list, got None"),
+    "a note that is a string": (lambda task, ann: ann["result"][1]["value"].update(text="looked twice"),
+                                "the note (`note`'s text) must be a list of strings, got 'looked twice'"),
+    "a note holding a number": (lambda task, ann: ann["result"][1]["value"].update(text=["looked", 2]),
+                                "the note (`note`'s text) must be a list of strings, got ['looked', 2]"),
+    "choices a string": (lambda task, ann: ann["result"][0]["value"].update(choices="Supported"),
+                         "expected one choice in `label`, got 'Supported'"),
+    "a numeric choice": (lambda task, ann: ann["result"][0]["value"].update(choices=[1]),
+                         "expected one choice in `label`, got [1]"),
+    "two label results": (lambda task, ann: ann["result"].append(ann["result"][0]), "two results for `label`"),
+    "an integer item id": (lambda task, ann: task["data"].update(item_id=17),
+                           "item_id must be a string or null, got int 17"),
+}
+
+
+@pytest.mark.parametrize("case", list(LABELSTUDIO_SHAPES))
+def test_labelstudio_shapes_are_named_by_task_and_nothing_is_written(tmp_path, venue, capsys, case):
+    change, reason = LABELSTUDIO_SHAPES[case]
+    tasks = _labelled_tasks(tmp_path, venue)
+    task, annotation = _first_annotation(tasks)
+    change(task, annotation)
+    path = tmp_path / "export.json"
+    path.write_text(json.dumps(tasks))
+    capsys.readouterr()
+    assert import_file(path) == 2
+    err = capsys.readouterr().err
+    number = tasks.index(task) + 1
+    assert f"{path}: task {number} (id {task['id']}): {reason}" in err and "Traceback" not in err, err[-2000:]
+    assert not venue["ledger"].path.exists()
+
+
+@pytest.mark.parametrize(("text", "reason"), [
+    ("{}", "not a Label Studio export (a JSON list of tasks) but a dict"),
+    ("[" * 100_000, "not valid JSON (arrays or objects nested too deeply)"),
+    ('[{"id": 1,\n "data": ', "2: not valid JSON (Expecting value, column 10)"),
+])
+def test_a_labelstudio_file_that_is_no_export_is_named(tmp_path, venue, capsys, text, reason):
+    path = tmp_path / "export.json"
+    path.write_text(text)
+    assert import_file(path) == 2
+    err = capsys.readouterr().err
+    assert f"{path}{':' if reason[0].isdigit() else ': '}{reason}" in err and "Traceback" not in err, err[-2000:]
+    assert not venue["ledger"].path.exists()
+
+
+def _csv_answers(tmp_path, venue) -> tuple[list[dict], list[str]]:
+    """The CSV export's rows with c1:thread answered (a note with a comma), and its header."""
+    rows = export(tmp_path, "csv")
+    by_item(venue, rows)["c1:thread"].update(choice="candidate_1", note="the authors conceded, then retracted")
+    return rows, list(rows[0])
+
+
+def _csv_bytes(header: list[str], rows: list[dict]) -> bytes:
+    out = io.StringIO(newline="")
+    writer = csv.DictWriter(out, fieldnames=header, lineterminator="\r\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    return out.getvalue().encode()
+
+
+def test_a_csv_cut_inside_a_note_is_refused_naming_its_line(tmp_path, venue, capsys):
+    rows, header = _csv_answers(tmp_path, venue)
+    whole = _csv_bytes(header, rows)
+    answered = rows.index(by_item(venue, rows)["c1:thread"])
+    rows = rows[:answered + 1]  # the answered row last: the file is cut inside its note
+    data = _csv_bytes(header, rows)
+    cut = data[:data.index(b", then retracted")]
+    path = tmp_path / "answers.csv"
+    path.write_bytes(cut)
+    capsys.readouterr()
+    assert import_file(path) == 2
+    err = capsys.readouterr().err
+    line = _csv_bytes(header, rows[:answered]).count(b"\n") + 1  # where the answered row starts
+    assert f"{path}:{line}: the file ends inside a quoted field of the row starting here" in err, err
+    assert not venue["ledger"].path.exists()
+    path.write_bytes(whole)  # the whole file imports the whole note
+    assert import_file(path) == 0, capsys.readouterr().err
+    assert [d.note for d in venue["ledger"].read().decisions] == ["the authors conceded, then retracted"]
+
+
+def test_csv_rows_that_are_not_the_headers_fields_are_refused(tmp_path, venue, capsys):
+    rows, header = _csv_answers(tmp_path, venue)
+    fields = [list(row.values()) for row in rows]
+    path = tmp_path / "answers.csv"
+
+    def write(header_: list[str], rows_: list[list[str]]) -> None:
+        with open(path, "w", newline="") as handle:
+            csv.writer(handle).writerows([header_, *rows_])
+
+    for header_, rows_, where, reason in (
+            (header, [fields[0][:-3], *fields[1:]], 2, "16 field(s) where the header has 19: the row is cut short"),
+            (header, [[*fields[0], "and then some"], *fields[1:]], 2,
+             "20 fields where the header has 19 (a delimiter outside quotes?); beyond the header: 'and then some'"),
+            ([*header, "note"], [[*row, ""] for row in fields], 1,
+             "column(s) 'note' appear more than once in the header"),
+            ([], fields, 1, "the first line is empty; it must be the header")):
+        write(header_, rows_)
+        capsys.readouterr()
+        assert import_file(path) == 2
+        assert f"{path}:{where}: {reason}" in capsys.readouterr().err
+        assert not venue["ledger"].path.exists()
+    write([*header, "", ""], [[*row, "", ""] for row in fields])
+    assert import_file(path) == 0, capsys.readouterr().err  # a spreadsheet's trailing empty columns are no problem
+
+
+def test_an_empty_annotator_is_refused(tmp_path, venue, capsys):
+    path = write_jsonl(tmp_path / "answers.jsonl", [{**by_item(venue, export(tmp_path, "jsonl"))["c1:thread"],
+                                                     "choice": "candidate_1"}])
+    capsys.readouterr()
+    assert import_file(path, annotator=" ") == 2
+    assert capsys.readouterr().err.strip() == "--annotator must name who made the decisions; it is empty"
     assert not venue["ledger"].path.exists()

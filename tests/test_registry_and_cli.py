@@ -255,3 +255,57 @@ def test_registry_yaml_error_names_file_and_line(tmp_path):
     with pytest.raises(RegistryError) as info:
         load_registry(path)
     assert str(info.value).startswith(f"{path}, line 5")
+
+
+@pytest.mark.parametrize(("before", "after"), [
+    ("", "venues:\n  TMLR:\n    source: api\n    seed: 3\n"),
+    ("# the team's venues\n", "# the team's venues\nvenues:\n  TMLR:\n    source: api\n    seed: 3\n"),
+    ("venues:\n", "venues:\n  TMLR:\n    source: api\n    seed: 3\n"),
+    # four-space entries, and a key after the venues: the entry goes under `venues:`, indented as its entries are
+    ("venues:\n    A:\n        seed: 1\nnotes: kept\n",
+     "venues:\n    A:\n        seed: 1\n    TMLR:\n      source: api\n      seed: 3\nnotes: kept\n"),
+])
+def test_venues_add_registers_in_an_empty_or_unusual_registry(tmp_path, monkeypatch, capsys, before, after):
+    registry = tmp_path / "venues.yaml"
+    registry.write_text(before)
+    monkeypatch.setenv("PEERIFY_VENUES", str(registry))
+    assert cli.main(["venues", "add", "TMLR", "--seed", "3"]) == 0
+    assert registry.read_text() == after
+    assert load_registry(registry)["TMLR"].seed == 3
+    assert "registered TMLR" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("before", ["venues: {}\n", "venues: {A: {seed: 1}}\n", "venues: null\n"])
+def test_venues_add_refuses_a_registry_it_cannot_add_to_and_leaves_it_untouched(tmp_path, monkeypatch, capsys,
+                                                                                 before):
+    registry = tmp_path / "venues.yaml"
+    registry.write_text(before)
+    monkeypatch.setenv("PEERIFY_VENUES", str(registry))
+    assert cli.main(["venues", "add", "TMLR", "--seed", "3"]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"not added: {registry}: its `venues:` is not a block mapping that venue 'TMLR' can be added to "
+                   "without rewriting the file; add the entry under `venues:` by hand\n")
+    assert registry.read_text() == before and list(tmp_path.iterdir()) == [registry]
+
+
+def test_venues_add_checks_the_snapshot_folder_when_it_is_added(tmp_path, monkeypatch, capsys):
+    registry = tmp_path / "venues.yaml"
+    registry.write_text("venues:\n")
+    monkeypatch.setenv("PEERIFY_VENUES", str(registry))
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "misshapen").mkdir()
+    (tmp_path / "misshapen" / "submissions.json").write_text('{"notes": "none"}')
+    refused = {"/etc": "--snapshot /etc: not a venue snapshot (snapshot /etc: no submissions.json",
+               "empty": f"--snapshot {tmp_path / 'empty'}: not a venue snapshot",
+               "misshapen": "submissions.json: 'notes' is a string, expected a list",
+               "gone": f"--snapshot {tmp_path / 'gone'}: no such folder",
+               str(SAMPLE / "submissions.json"): "submissions.json: not a folder"}
+    for snapshot, reason in refused.items():
+        assert cli.main(["venues", "add", "S", "--source", "snapshot", "--snapshot", snapshot]) == 2, snapshot
+        err = capsys.readouterr().err
+        assert err.startswith("not added: ") and reason in err and err.count("\n") == 1, err
+    assert cli.main(["venues", "add", "S", "--snapshot", str(SAMPLE)]) == 2  # a live venue reads no snapshot
+    assert "--snapshot is read by --source snapshot venues only" in capsys.readouterr().err
+    assert registry.read_text() == "venues:\n"
+    assert cli.main(["venues", "add", "S", "--source", "snapshot", "--snapshot", str(SAMPLE)]) == 0
+    assert load_registry(registry)["S"].snapshot == str(SAMPLE)

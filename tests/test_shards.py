@@ -226,10 +226,12 @@ class FlakyParserResource(DocumentParserResource):
 
     fail_paper: str
 
-    def parser(self):
-        real, fail_paper = super().parser(), self.fail_paper
+    def parser(self, lake=None):  # noqa: ANN001 - a Lake
+        real, fail_paper = super().parser(lake), self.fail_paper
 
         class Flaky:
+            cache = real.cache
+
             def parse(self, source, source_name=None, paper_id=None):
                 if paper_id == fail_paper and Path(os.environ[FAIL_FLAG]).exists():
                     raise RuntimeError(f"worker lost while parsing {paper_id}")

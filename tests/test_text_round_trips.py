@@ -1,6 +1,8 @@
 """Every JSONL and CSV reader/writer pair carries arbitrary text unchanged (hypothesis: generated Unicode with the
 line separators U+2028, U+2029, U+0085, carriage returns and the other control characters that `str.splitlines()`
-breaks on), malformed input is `file:line: reason` with exit code 2, and a decisions import is idempotent.
+breaks on), malformed input is `file:line: reason` with exit code 2, and a decisions import is idempotent. A note
+reaches the ledger exactly as written, its leading and trailing separators too, from every path: a JSONL, CSV or
+Label Studio import, the web form and the terminal (tests/test_decision_files_fuzz.py feeds the readers junk).
 
 A release made after a decision whose note holds a line separator, and verifying, is exercised on the real release
 in tests/test_label_release.py (its `released` fixture is the costly one: a sample build)."""
@@ -14,6 +16,7 @@ import tempfile
 from pathlib import Path
 
 import polars as pl
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -25,7 +28,11 @@ from peerify_dagster.domain import records
 from peerify_dagster.domain.release import RELEASE_FILES, load_release
 from peerify_dagster.domain.release_import import import_release
 from peerify_dagster.domain.slices import SLICE_COLUMNS, SLICE_SCHEMA
+from peerify_dagster.resources.lake import Lake
+from peerify_dagster.web.pages import venue_url
 from tests.arbitration_support import build, standard_labels, write_inputs
+from tests.cli_support import cli_env
+from tests.test_arbitrate_terminal import arbitrate
 from tests.test_queue_import_export import (  # noqa: F401
     VENUE,
     by_item,
@@ -35,14 +42,17 @@ from tests.test_queue_import_export import (  # noqa: F401
     venue,
 )
 from tests.test_release_import import b1, import_cli, lake_files, review_row, workspace, write_release  # noqa: F401
+from tests.web_support import csrf_from, live_server, sign_in_client
 
 # What str.splitlines() breaks a line at, besides "\n": each must stay inside its record.
 SEPARATORS = "\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
 CHARACTERS = st.one_of(st.sampled_from(list(SEPARATORS + '\n\x00\t ",;\ufeff')),
                        st.characters(blacklist_categories=("Cs",)))  # every code point UTF-8 can encode
 TEXT = st.text(CHARACTERS, max_size=30)
-# Text an import keeps as it is (it strips the whitespace around an answer; separators inside stay).
+# Text an import keeps as it is although it strips the whitespace around an id (separators inside stay).
 INNER_TEXT = TEXT.map(lambda text: f"<{text}>")
+# A note only separators and spaces surround, which every path must keep (it once lost them, and "\r" alone).
+EDGED_NOTE = "\u2028\r \u0085looked twice\x85\u2029 \r"
 PURE = settings(max_examples=200, deadline=None)
 WITH_FILES = settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
@@ -110,42 +120,52 @@ def _imported_note(answers: list[arb.Answer], row: dict) -> str | None:
 
 
 @PURE
-@given(st.lists(INNER_TEXT, min_size=5, max_size=5))
-def test_jsonl_export_and_import_round_trip_any_text(texts):
-    row, note = _queue_row(texts[:4]), texts[4]
+@given(st.lists(INNER_TEXT, min_size=4, max_size=4), TEXT)
+def test_jsonl_export_and_import_round_trip_any_text(texts, note):
+    row = _queue_row(texts)
     [record] = [line.record for line in records.json_lines(arb.to_jsonl([row], OPAQUE).encode())]
     assert {name: record[name] for name in arb.EXPORT_COLUMNS} == {**{name: row[name] for name in arb.EXPORT_COLUMNS},
                                                                    "item_id": OPAQUE["c1:thread"]}
     answers, problems = arb.read_jsonl(records.jsonl_bytes([{**record, "choice": "candidate_1", "note": note}]))
-    assert problems == [] and answers[0].fields["claim_text"] == row["claim_text"]
-    assert _imported_note(answers, row) == note
+    assert problems == []
+    assert _imported_note(answers, row) == (note or None)  # exactly; an empty note is no note
 
 
 @PURE
-@given(st.lists(INNER_TEXT, min_size=5, max_size=5))
-def test_csv_export_and_import_round_trip_any_text(texts):
-    row, note = _queue_row(texts[:4]), texts[4]
+@given(st.lists(INNER_TEXT, min_size=4, max_size=4), TEXT)
+def test_csv_export_and_import_round_trip_any_text(texts, note):
+    row = _queue_row(texts)
     exported = arb.to_csv([row], OPAQUE)
     [(line, record)] = list(records.csv_records(exported))
-    assert line == 2 and record["claim_text"] == row["claim_text"]
+    assert line == 2 and (record["claim_text"], record["source_material"]) == (row["claim_text"],
+                                                                               row["source_material"])
     assert record["candidate_1_evidence"] == "\n".join(row["candidate_1_evidence"])
     answers, problems = arb.read_csv(records.csv_text(list(record), [{**record, "choice": "candidate_1",
                                                                       "note": note}]).encode())
-    assert problems == [] and answers[0].fields["source_material"] == row["source_material"]
-    assert _imported_note(answers, row) == note
+    assert problems == []
+    assert _imported_note(answers, row) == (note or None)
 
 
 @PURE
-@given(st.lists(INNER_TEXT, min_size=5, max_size=5))
-def test_labelstudio_export_and_import_round_trip_any_text(texts):
-    row, note = _queue_row(texts[:4]), texts[4]
+@given(st.lists(INNER_TEXT, min_size=4, max_size=4), TEXT)
+def test_labelstudio_export_and_import_round_trip_any_text(texts, note):
+    row = _queue_row(texts)
     tasks = json.loads(json.dumps(arb.to_labelstudio_tasks([row], OPAQUE), ensure_ascii=False, indent=1))
     assert tasks[0]["data"]["claim_text"] == row["claim_text"]
     exported = labelstudio_export(tasks, {OPAQUE["c1:thread"]: ["Supported"]})
     exported[0]["annotations"][0]["result"][1]["value"]["text"] = [note]
     answers, problems = arb.read_labelstudio(json.dumps(exported, ensure_ascii=False).encode())
     assert problems == []
-    assert _imported_note(answers, row) == f"label studio user 7: {note}"
+    assert _imported_note(answers, row) == "label studio user 7" + (f": {note}" if note else "")
+
+
+def test_a_csv_field_longer_than_the_csv_modules_limit_imports():
+    """A whole manuscript as source material is longer than the csv module's default field limit (128 KiB)."""
+    row = _queue_row(["claim", "x" * 300_000, "why", "quote"])
+    [(_, record)] = list(records.csv_records(arb.to_csv([row], OPAQUE)))
+    answers, problems = arb.read_csv(records.csv_text(list(record), [{**record, "choice": "candidate_1"}]).encode())
+    assert problems == [] and record["source_material"] == row["source_material"]
+    assert _imported_note(answers, row) is None
 
 
 # -- the decisions ledger and the label release -----------------------------------------------------------------------
@@ -289,3 +309,62 @@ def test_importing_the_same_export_twice_records_each_decision_once(tmp_path, ve
     assert import_file(changed) == 0
     decisions = venue["ledger"].read().decisions
     assert len(decisions) == 7 and decisions[-1].label == "Supported" and decisions[-1].supersedes is not None
+
+
+# -- a note through every path into the ledger ------------------------------------------------------------------------
+def _answered_export(tmp_path, venue_: dict, file_format: str, note: str) -> Path:
+    """The queue exported in `file_format` and written back with c1:thread answered, `note` beside the answer, as a
+    JSON writer (ensure_ascii off), a spreadsheet or Label Studio writes it."""
+    if file_format == "labelstudio":
+        assert cli.main(["queue", "export", "--venue", VENUE, "--format", "labelstudio",
+                         "--out", str(tmp_path / "ls")]) == 0
+        tasks = json.loads((tmp_path / "ls" / "tasks.json").read_text())
+        c1 = by_item(venue_, [task["data"] for task in tasks])["c1:thread"]
+        exported = labelstudio_export(tasks, {c1["item_id"]: [c1["candidate_1_label"]]})
+        next(task for task in exported if task["annotations"])["annotations"][0]["result"][1]["value"]["text"] = [note]
+        path = tmp_path / "answers.json"
+        path.write_text(json.dumps(exported, ensure_ascii=False), encoding="utf-8")
+        return path
+    rows = export(tmp_path, file_format)
+    by_item(venue_, rows)["c1:thread"].update(choice="candidate_1", note=note)
+    path = tmp_path / f"answers.{file_format}"
+    with open(path, "w", newline="", encoding="utf-8") as handle:
+        if file_format == "jsonl":
+            handle.write("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
+        else:
+            writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
+    return path
+
+
+@pytest.mark.parametrize("note", [EDGED_NOTE, "\r"], ids=["edged by separators", "a carriage return alone"])
+@pytest.mark.parametrize("file_format", ["jsonl", "csv", "labelstudio"])
+def test_an_imported_note_reaches_the_ledger_exactly(tmp_path, venue, capsys, file_format, note):  # noqa: F811
+    path = _answered_export(tmp_path, venue, file_format, note)
+    assert import_file(path) == 0, capsys.readouterr().err
+    [decision] = venue["ledger"].read().decisions
+    assert decision.note == (note if file_format != "labelstudio" else f"label studio user 7: {note}")
+    assert import_file(path) == 0 and len(venue["ledger"].read().decisions) == 1  # the same note: recorded once
+
+
+def test_a_note_sent_from_the_web_form_reaches_the_ledger_exactly(venue):  # noqa: F811
+    # The web app counts a venue as built once it has submissions; the queue is all arbitration reads.
+    Lake(venue["lake_root"]).write_table("submissions", VENUE, pl.DataFrame({"paper_id": ["paper-c1"]}))
+    with live_server(venue["lake_root"]) as server:
+        client = server.client()
+        sign_in_client(client, "Ann")
+        item_url = client.get(venue_url(VENUE, "arbitration", "arbitration")).headers["location"]
+        form = {"key": "d", "note": EDGED_NOTE, "csrf_token": csrf_from(client.get(item_url).text)}
+        assert client.post(f"{item_url}/decide", data=form).status_code == 303
+    [decision] = venue["ledger"].read().decisions
+    assert (decision.annotator, decision.label, decision.note) == ("Ann", "Not Determined", EDGED_NOTE)
+
+
+def test_a_note_typed_in_the_terminal_reaches_the_ledger_exactly(venue):  # noqa: F811
+    note = "\u2028 \u0085looked twice\x85\u2029 "  # a terminal's note is one line: it ends at the line end
+    env = cli_env(venue["lake_root"], venue["registry"], None)
+    result = arbitrate(env, "--venue", VENUE, "--annotator", "Tom", input_text=f"o\n{note}\nd\nq\n")
+    assert result.returncode == 0, result.stderr
+    [decision] = venue["ledger"].read().decisions
+    assert (decision.annotator, decision.label, decision.note) == ("Tom", "Not Determined", note)

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from peerify_dagster.domain import uploads
+from peerify_dagster.domain.claims import section_label
 from peerify_dagster.domain.forum_tables import build_tables
 from peerify_dagster.domain.llm_calls import answer_justification
 from peerify_dagster.domain.predictions import load_configurations
@@ -20,6 +21,7 @@ from peerify_dagster.domain.venues import (
     missing_files,
     upload_registry_text,
 )
+from peerify_dagster.resources.llm_gateway import ModelRegistry
 from peerify_dagster.resources.openreview import SnapshotReader
 
 REPO = Path(__file__).resolve().parents[1]
@@ -57,6 +59,10 @@ def test_the_sample_review_assembled_as_reviews_review_text_gives_back_its_own_f
     ("review.json", b'[{"text": "no content"}]', "review.json: review 1: expected a note with a `content` mapping"),
     ("review.json", b'{"reviews": {"a": 1}}', "review.json: `reviews` and `responses` must be lists"),
     ("review.txt", b"\xff\xfe\x00bad", "review.txt: not UTF-8 text"),
+    ("review.txt", b"\x00" * 40, "review.txt: the review is empty (no letter or digit)"),  # NULs only
+    ("review.txt", b" \x01\x1b[;\x7f\t\r\n -- ... \xe2\x80\xa8", "review.txt: the review is empty"),  # controls
+    ("review.json", b'{"content": {"review": {"value": "\\u0000\\u0000"}}}',
+     "review.json: review 1: the review is empty"),
 ])
 def test_a_review_file_that_cannot_be_used_is_refused_naming_the_file_and_the_reason(name, data, message):
     with pytest.raises(uploads.UploadError) as refused:
@@ -78,8 +84,9 @@ def test_review_json_shapes_note_list_and_reviews_with_responses():
                                                           (None, {"comment": "Thanks."})]
     assert uploads.read_responses("answer.txt", b"We ran it twice.\n") == [
         uploads.UploadedText(fields={"comment": "We ran it twice."})]
-    with pytest.raises(uploads.UploadError, match="answer.txt: the response is empty"):
-        uploads.read_responses("answer.txt", b"\n")
+    for nothing in (b"\n", b"\x00\x00", b"\x07 \x1b"):
+        with pytest.raises(uploads.UploadError, match="answer.txt: the response is empty"):
+            uploads.read_responses("answer.txt", nothing)
 
 
 def test_pdfs_are_checked_before_anything_runs():
@@ -92,6 +99,35 @@ def test_pdfs_are_checked_before_anything_runs():
         with pytest.raises(uploads.UploadError) as refused:
             uploads.check_pdf("paper.pdf", data, limit)
         assert str(refused.value).startswith(message)
+
+
+def test_a_review_section_longer_than_the_extractor_reads_is_refused_naming_the_file_and_the_section():
+    limit = uploads.extractor_review_limit(ModelRegistry.load(env={}))  # the repository's offline profile
+    template = uploads.load_prompt("extract_claims")
+    assert limit.model == "smollm2-135m-extractor"  # 8192 tokens, less its 384 answer tokens and the prompt
+    assert limit.max_tokens == 8192 - 384 - uploads.estimated_tokens(template.system + template.user)
+    assert uploads.extractor_review_limit(ModelRegistry.load(env={"PEERIFY_LLM_PROFILE": "paper"})).max_tokens > \
+        limit.max_tokens  # qwen3-4b reads 32,768 tokens
+    room = limit.max_characters - len(section_label("weaknesses") + ": ")
+    fits = {"summary": "Short.", "weaknesses": "w" * room}
+    uploads.check_review_length("review.json", [uploads.UploadedText(fields=fits)], limit)
+    too_long = [uploads.UploadedText(fields={"summary": "Short."}),
+                uploads.UploadedText(fields={**fits, "weaknesses": "w" * (room + 1), "rating": "6" * 10**6})]
+    with pytest.raises(uploads.UploadError) as refused:
+        uploads.check_review_length("review.json", too_long, limit)
+    assert str(refused.value) == (
+        f"review.json: review 2: section 'weaknesses' is about {limit.max_tokens + 1:,} tokens ({room + 1:,} "
+        f"characters), over the limit of {limit.max_tokens:,} tokens (about {limit.max_characters:,} characters) per "
+        "review section for extractor smollm2-135m-extractor; shorten it, or split it into OpenReview's labelled "
+        "sections (Summary:, Weaknesses:, ...), each read on its own")
+    pasted = uploads.read_reviews("the pasted review", ("The results are weak. " * 10_000).encode())[0]
+    with pytest.raises(uploads.UploadError, match="^the pasted review: section 'review' is about 73,336 tokens"):
+        uploads.check_review_length("the pasted review", pasted, limit)
+
+
+def test_the_result_read_back_from_its_data_is_the_result():
+    result = _result()
+    assert uploads.ResultSummary.from_dict(json.loads(json.dumps(result.as_dict()))) == result
 
 
 def _upload(review_text: str = "The paper reports Recall@10 on three benchmarks.", responses=()) -> uploads.Upload:

@@ -178,11 +178,18 @@ def test_inputs_that_cannot_be_verified_are_refused_naming_the_file_and_the_reas
     (folder / "empty.txt").write_text("  \n")
     (folder / "broken.json").write_text('{"content": {"summary": ')
     (folder / "review.txt").write_text(SHORT_REVIEW)
-    pdf, review = str(SAMPLE_PDF), str(folder / "review.txt")
+    (folder / "long.txt").write_text("The results are weak. " * 10_000)  # 220,000 characters: over the extractor's
+    (folder / "nul.txt").write_bytes(b"\x00" * 64)
+    pdf, review, long = str(SAMPLE_PDF), str(folder / "review.txt"), str(folder / "long.txt")
     refusals = [
         (("--pdf", str(folder / "paper.txt"), "--review", review), f"{folder / 'paper.txt'}: bytes are not a PDF"),
         (("--pdf", pdf, "--review", str(folder / "empty.txt")), f"{folder / 'empty.txt'}: the review is empty"),
         (("--pdf", pdf, "--review", str(folder / "broken.json")), f"{folder / 'broken.json'}: unreadable JSON (line 1"),
+        (("--pdf", pdf, "--review", str(folder / "nul.txt")), f"{folder / 'nul.txt'}: the review is empty (no letter"),
+        (("--pdf", pdf, "--review", review, "--review", long), f"{long}: section 'review' is about 73,336 tokens "
+         "(219,999 characters), over the limit of 7,483 tokens (about 22,449 characters) per review section for "
+         "extractor smollm2-135m-extractor"),
+        (("--pdf", pdf, "--review", long, "--estimate"), f"{long}: section 'review' is about 73,336 tokens"),
         (("--pdf", pdf, "--review", str(folder / "missing.txt")), f"{folder / 'missing.txt'}: cannot read the review"),
         (("--pdf", pdf, "--review", review, "--max-pdf-mb", "0.005"),
          f"{pdf}: {uploads.size_text(SAMPLE_PDF.stat().st_size)} is over the upload limit of 5 KB"),

@@ -5,14 +5,16 @@ no page may carry a claim id (or anything else `claim_labels` could be joined on
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
 
 from peerify_dagster.annotation import audit_sample
 from peerify_dagster.annotation.decisions import DecisionLedger
-from peerify_dagster.annotation.sessions import LeaseStore, Session, queue_opaque_ids
+from peerify_dagster.annotation.sessions import LeaseStore, Session, answer_of_key, now, queue_opaque_ids
 from peerify_dagster.cli.arbitrate import build_audit_sample
+from peerify_dagster.domain import leases
 from peerify_dagster.domain.labels import LABELS, NOT_SUPPORTED, PARTIALLY_SUPPORTED
 from peerify_dagster.resources.lake import Lake
 from tests.web_support import csrf_from, sign_in_client, sign_in_page
@@ -218,7 +220,7 @@ def test_pages_refuse_what_they_must_and_never_need_the_key(server, lake, queue)
     other = server.client()
     sign_in_client(other, "Jo")
     taken = other.get(item_url)
-    assert taken.status_code == 409 and "another annotator (Ivy) is deciding this item" in taken.text
+    assert taken.status_code == 409 and "Another annotator (Ivy) is deciding this item" in taken.text
     renew = other.post(f"{item_url}/lease", data={"csrf_token": csrf_from(taken.text)})
     assert renew.status_code == 409
     assert client.post(f"{item_url}/lease", data={"csrf_token": token}).status_code == 204
@@ -228,3 +230,122 @@ def test_pages_refuse_what_they_must_and_never_need_the_key(server, lake, queue)
     agreement = client.get(f"/venues/{VENUE}/agreement")
     assert agreement.status_code == 200 and opaque not in agreement.text
     assert_blind(agreement.text + modes.text, lake)
+
+
+# -- refusals, the saved message, the layout ------------------------------------------------------------------------
+def free_items(lake: Path, count: int | None = None) -> list:
+    """Open arbitration items nobody holds now (the tests before leave some held)."""
+    held = {lease.item_id for lease in LeaseStore(lake, VENUE).snapshot() if lease.live(now())}
+    return [item for item in Session(lake, VENUE, "arbitration", "setup").open_items()
+            if item.item_id not in held][:count]
+
+
+def after_a_lease() -> datetime:
+    """A clock a second past any lease taken now: the sessions on it see those leases run out."""
+    return now() + leases.DEFAULT_LEASE + timedelta(seconds=1)
+
+
+def signed_in(server, name: str):  # noqa: ANN001 - the module's LiveServer
+    client = server.client()
+    sign_in_client(client, name)
+    return client
+
+
+def test_each_refusal_names_its_true_reason(server, lake):
+    ran_out, held, decided = free_items(lake, 3)
+    url = {item.item_id: f"{ARBITRATE}/items/{item.opaque_id}" for item in (ran_out, held, decided)}
+    before = len(decisions(lake))
+
+    ned = signed_in(server, "Ned")  # Ned's lease runs out and Oz takes the item
+    token = csrf_from(ned.get(url[ran_out.item_id]).text)
+    Session(lake, VENUE, "arbitration", "Oz", clock=after_a_lease).hold(ran_out)
+    late = ned.post(f"{url[ran_out.item_id]}/decide", data={"csrf_token": token, "key": "d"})
+    assert late.status_code == 409
+    assert "Another annotator (Oz) took this item after your lease ran out; nothing was recorded." in late.text
+
+    Session(lake, VENUE, "arbitration", "Quinn").hold(held)  # Quinn holds an item Pat never had
+    pat = signed_in(server, "Pat")
+    shown = pat.get(url[held.item_id])
+    assert shown.status_code == 409 and "Another annotator (Quinn) is deciding this item" in shown.text
+    refused = pat.post(f"{url[held.item_id]}/decide", data={"csrf_token": csrf_from(shown.text), "key": "d"})
+    assert refused.status_code == 409 and "Another annotator (Quinn) is deciding this item; it is theirs until" \
+        in refused.text and "lease ran out" not in refused.text  # Pat never had a lease to run out
+
+    sam = signed_in(server, "Sam")  # Sam opens an item Ruth decides meanwhile (in the terminal, say)
+    token = csrf_from(sam.get(url[decided.item_id]).text)
+    label, choice = answer_of_key(decided, "d", "arbitration")
+    Session(lake, VENUE, "arbitration", "Ruth", clock=after_a_lease).decide(decided, label, choice, None)
+    renew = sam.post(f"{url[decided.item_id]}/lease", data={"csrf_token": token})
+    assert renew.status_code == 409 and "this item was decided meanwhile by Ruth" in renew.text
+    refused = sam.post(f"{url[decided.item_id]}/decide", data={"csrf_token": token, "key": "s"})
+    assert refused.status_code == 409 and "This item was decided meanwhile by Ruth; nothing was recorded." \
+        in refused.text
+    assert [(d.annotator, d.item_id) for d in decisions(lake)[before:]] == [("Ruth", decided.item_id)]
+
+
+def test_a_lease_is_not_renewed_on_an_item_decided_meanwhile(browser, server, lake):
+    [item] = free_items(lake, 1)
+    page = new_annotator(browser, server, "Lee")
+    page.goto(f"{server.url}{ARBITRATE}/items/{item.opaque_id}")  # leased to Lee ...
+    label, choice = answer_of_key(item, "n", "arbitration")  # ... until it runs out and Mo decides the item
+    Session(lake, VENUE, "arbitration", "Mo", clock=after_a_lease).decide(item, label, choice, None)
+    with page.expect_response(lambda answer: answer.url.endswith("/lease")) as renewal:
+        page.keyboard.press("x")  # any key on the page renews the lease
+    assert renewal.value.status == 409
+    page.wait_for_function("document.getElementById('flash').textContent.trim().length > 0")
+    assert "this item was decided meanwhile by Mo" in page.locator("#flash").inner_text()
+    page.context.close()
+
+
+def overlaps(one: dict, other: dict) -> bool:
+    return (one["x"] < other["x"] + other["width"] and other["x"] < one["x"] + one["width"]
+            and one["y"] < other["y"] + other["height"] and other["y"] < one["y"] + one["height"])
+
+
+def test_at_1280_by_720_the_decision_panel_stays_in_view_and_never_covers_the_candidates(browser, server, lake,
+                                                                                         tmp_path):
+    # the item with the longest raw answer: the tallest candidates
+    item = max(free_items(lake), key=lambda i: sum(len(c.raw_answer or "") for c in i.candidates))
+    page = browser.new_context(viewport={"width": 1280, "height": 720}).new_page()
+    sign_in_page(page, server, "Vi")
+    page.goto(f"{server.url}{ARBITRATE}/items/{item.opaque_id}")
+    assert page.evaluate("document.documentElement.scrollWidth") <= 1280  # nothing runs off the side
+    bottom = page.evaluate("document.documentElement.scrollHeight - innerHeight")
+    for scrolled in [*range(0, bottom, 60), bottom]:  # every place the page can be read from
+        page.evaluate(f"scrollTo(0, {scrolled})")
+        panel = page.locator("#decide-form").bounding_box()
+        assert 0 <= panel["y"] and panel["y"] + panel["height"] <= 720, f"the keys are out of view at {scrolled}"
+        for n in (1, 2):
+            candidate = page.get_by_test_id(f"candidate-{n}").bounding_box()
+            assert not overlaps(panel, candidate), f"the decision panel covers candidate {n} at {scrolled}"
+    page.get_by_test_id("candidate-1").scroll_into_view_if_needed()
+    boxes = [page.get_by_test_id(f"candidate-{n}").bounding_box() for n in (1, 2)]
+    assert not overlaps(*boxes)
+    for box in boxes:  # what lies at a candidate's visible middle is the candidate itself
+        top, end = max(box["y"], 0), min(box["y"] + box["height"], 720)
+        hit = page.evaluate(f"document.elementFromPoint({box['x'] + box['width'] / 2}, {(top + end) / 2})"
+                            ".closest('[data-testid^=candidate]') !== null")
+        assert hit
+    page.screenshot(path=str(tmp_path / "arbitration_1280x720.png"))
+    page.context.close()
+
+
+def test_the_saved_message_shows_where_it_was_made_and_never_on_a_later_item(browser, server, lake):
+    """The decision that empties the queue says so on the page it lands on; no later page repeats it."""
+    bulk = Session(lake, VENUE, "arbitration", "Bulk")
+    *others, last = free_items(lake)
+    for item in others:
+        label, choice = answer_of_key(item, "d", "arbitration")
+        bulk.decide(item, label, choice, None)
+    page = new_annotator(browser, server, "Kim")
+    assert open_item(page, server) == last.opaque_id
+    with page.expect_navigation():
+        page.keyboard.press("d")
+    assert page.get_by_test_id("notice").inner_text().startswith("Nothing open for you in arbitration")
+    assert page.get_by_test_id("saved").inner_text().startswith("saved: Not Determined")
+    bulk.undo()  # an item is open again: Kim is offered it, without the message of her last decision
+    assert open_item(page, server) == others[-1].opaque_id
+    assert page.get_by_test_id("saved").count() == 0
+    page.reload()
+    assert page.get_by_test_id("saved").count() == 0
+    page.context.close()

@@ -390,7 +390,7 @@ def test_a_body_over_the_limit_is_refused(web_lake, tmp_path):
         client = server.client()
         token = csrf_from(client.get("/signin").text)
         answer = client.post("/signin", data={"name": "x" * 2000, "csrf_token": token})
-        assert answer.status_code == 413 and "larger than this page accepts" in answer.text
+        assert answer.status_code == 413 and "is over the upload limit of" in answer.text
 
     async def upload(request: Request):
         return PlainTextResponse(str(len(await limited_body(request, 10))))

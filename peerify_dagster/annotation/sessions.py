@@ -17,9 +17,13 @@ twice even when a lease ran out in between; `peerify decisions import` reads and
 (cli/queue.py).
 
 The item id secret (`item_id_secret` beside the venue's ledgers, made on first use, never replaced) keys the opaque
-ids (domain/arbitration.py). It stays in the lake because an answer file exported today must still resolve after a
-restart; it hides the claim ids from whoever sees only the ids (an annotator, a Label Studio project), not from
-someone who can read the lake, where the key table itself is.
+ids and the candidate order (domain/arbitration.py; the arbitration_queue asset reads it through the same function).
+It stays in the lake because an answer file exported today must still resolve after a restart, and a rebuilt queue
+must order its candidates as before; it blinds whoever sees only what annotators see (the pages, the terminal, an
+export, a Label Studio project), not someone who can read the lake, where the key table itself is.
+
+A refusal names its true reason: the item was decided meanwhile (by whom), another annotator holds it, or this
+annotator's lease on it ran out and another took it (the lease says whose had run out: domain/leases.py).
 """
 
 from __future__ import annotations
@@ -284,23 +288,46 @@ class Session:
         return next((item for item in open_items if item.item_id == chosen), None)
 
     def hold(self, item: Item) -> None:
-        """Take or renew this annotator's lease on the item; ItemUnavailable when another annotator holds it."""
+        """Take or renew this annotator's lease on the item; ItemUnavailable, saying why, when the item was decided
+        meanwhile or another annotator holds it."""
         if not self.leased:
+            if (reason := self._unavailable(item, [])) is not None:
+                raise ItemUnavailable(reason)
             return
         with self.leases.locked() as current:
-            try:
-                current[:] = leases.take(current, self.mode, item.item_id, self.annotator, self.clock(),
-                                         self.lease_duration)
-            except leases.LeaseHeld as held:
-                raise ItemUnavailable(f"another annotator ({held.holder}) is deciding this item; it is theirs until "
-                                      f"{held.expires_at.isoformat(timespec='seconds')} unless they decide it or "
-                                      "move on") from None
+            if (reason := self._unavailable(item, current)) is not None:
+                raise ItemUnavailable(reason)
+            current[:] = leases.take(current, self.mode, item.item_id, self.annotator, self.clock(),
+                                     self.lease_duration)
+
+    def _unavailable(self, item: Item, current: list[leases.Lease]) -> str | None:
+        """Why this annotator cannot work on the item now (`current`: the leases, read under their lock), or None."""
+        if not self.is_open(item):
+            return self._decided_by(item)
+        held = leases.holder(current, self.mode, item.item_id, self.clock()) if self.leased else None
+        if held is None or held.annotator == self.annotator:
+            return None
+        if held.taken_from == self.annotator:
+            return f"another annotator ({held.annotator}) took this item after your lease ran out"
+        return (f"another annotator ({held.annotator}) is deciding this item; it is theirs until "
+                f"{held.expires_at.isoformat(timespec='seconds')} unless they decide it or move on")
+
+    def _decided_by(self, item: Item) -> str:
+        """What settled an item that is no longer open, naming who decided it."""
+        if self.mode == "audit":  # open to each annotator until they label it themselves
+            return "you labelled this item already (in another window)"
+        decision = current_decisions(self._decisions()).get(item.item_id)
+        if decision is None:  # consensus: the audit's two labels no longer disagree
+            return "this item needs no consensus any more (its two audit labels no longer disagree)"
+        if decision.annotator == self.annotator:
+            return "you decided this item meanwhile (in another window)"
+        return f"this item was decided meanwhile by {decision.annotator}"
 
     def release(self) -> None:
         """Give up this annotator's lease in this mode (leaving, or moving on without deciding)."""
         if self.leased:
             with self.leases.locked() as current:
-                current[:] = leases.release(current, self.mode, self.annotator, self.clock())
+                current[:] = leases.release(current, self.mode, self.annotator)
 
     def held_by_others(self) -> int:
         """How many open items other annotators hold now (not offered to this one)."""
@@ -317,19 +344,14 @@ class Session:
         if self.mode == "audit":  # two others may have started labelling since this session began
             self._check_annotator_slot()
         with self.leases.locked() as current:
-            if not self.is_open(item):
-                raise ItemUnavailable("this item was decided meanwhile (by another annotator, or by you in another "
-                                      "window); nothing was recorded")
-            held = leases.holder(current, self.mode, item.item_id, self.clock()) if self.leased else None
-            if held is not None and held.annotator != self.annotator:
-                raise ItemUnavailable(f"another annotator ({held.annotator}) took this item after your lease ran "
-                                      "out; nothing was recorded")
+            if (reason := self._unavailable(item, current)) is not None:
+                raise ItemUnavailable(f"{reason}; nothing was recorded")
             decision = new_decision(venue=self.venue, claim_id=item.claim_id, source=item.source, kind=self.kind,
                                     action="decide", choice=choice, label=label, annotator=self.annotator, note=note,
                                     queue_version=item.version, supersedes=None)
             self.ledger.append([decision])
             if self.leased:
-                current[:] = leases.release(current, self.mode, self.annotator, self.clock())
+                current[:] = leases.release(current, self.mode, self.annotator)
         self.made.append(decision.decision_id)
         return decision
 

@@ -1,6 +1,10 @@
 """Stage 6, arbitration: the items where the two LLM labellers disagree (or failed) queued for a human with the
 candidates anonymised, the key to that anonymisation kept apart, and the canonical label of every item: the
-labellers' agreed label, else the applicable human decision from the decisions ledger, else pending."""
+labellers' agreed label, else the applicable human decision from the decisions ledger, else pending.
+
+The candidate order is keyed with the venue's item id secret, read (or made, the first time) through the same function
+the annotators' sessions use to key the opaque ids (annotation/sessions.py item_id_secret), in the lake beside the
+venue's decisions, on S3 too; it is never replaced, so a rebuild orders every item as before."""
 
 import dagster as dg
 import polars as pl
@@ -13,17 +17,18 @@ from peerify_dagster.annotation.decisions import (
     current_decisions,
     orphaned_decision_rows,
 )
+from peerify_dagster.annotation.sessions import item_id_secret
 from peerify_dagster.domain import arbitration as arb
 from peerify_dagster.domain.columns import column_description
 from peerify_dagster.partitions import venue_partitions
 from peerify_dagster.quality.expectations import MAX_FAILING_IDS
-from peerify_dagster.resources.dagster_resources import LakeResource, VenueRegistryResource
+from peerify_dagster.resources.dagster_resources import LakeResource
 from peerify_dagster.resources.llm_gateway import CallLedger
 
 _TEXT = pl.String
 QUEUE_SCHEMA = {
     **{name: _TEXT for name in arb.QUEUE_COLUMNS},
-    "candidate_1_evidence": pl.List(_TEXT), "candidate_2_evidence": pl.List(_TEXT),
+    "passage_chunks": pl.List(_TEXT), "candidate_1_evidence": pl.List(_TEXT), "candidate_2_evidence": pl.List(_TEXT),
 }
 KEY_SCHEMA = {name: _TEXT for name in arb.KEY_COLUMNS}
 CANONICAL_SCHEMA = {name: _TEXT for name in arb.CANONICAL_COLUMNS}
@@ -41,8 +46,9 @@ ORPHANED_CHECK = "every_decision_has_its_claim"
             kinds={"python", "parquet"},
             description="Every (claim, source) where labellers a and b disagree or either failed to parse, with the "
                         "claim, the source material the labellers saw and the two answers as candidate_1 / "
-                        "candidate_2 in a seeded per-record order (an answer that did not parse with the model's raw "
-                        "answer from the llm_calls ledger); `queue_version` names the queue's content. Which "
+                        "candidate_2 in a per-item order keyed with the venue's item id secret (an answer that did "
+                        "not parse with the model's raw answer from the llm_calls ledger); passages tagged P1, P2, "
+                        "... (`passage_chunks` names their chunks); `queue_version` names the queue's content. Which "
                         "labeller is which is only in arbitration_key.",
         ),
         KEY_TABLE: dg.AssetOut(
@@ -54,7 +60,7 @@ ORPHANED_CHECK = "every_decision_has_its_claim"
     },
 )
 def arbitration_queue(context: dg.AssetExecutionContext, claim_labels: pl.DataFrame, claim_types: pl.DataFrame,
-                      review_claims: pl.DataFrame, venue_registry: VenueRegistryResource, lake: LakeResource):
+                      review_claims: pl.DataFrame, lake: LakeResource):
     venue = context.partition_key
     ledger = CallLedger(lake.lake().root)
     raw_answers = {call_id: row["raw_response"] for call_id in arb.unparsed_call_ids(claim_labels.iter_rows(named=True))
@@ -62,7 +68,7 @@ def arbitration_queue(context: dg.AssetExecutionContext, claim_labels: pl.DataFr
     for segment in ledger.quarantined:
         context.log.warning(segment.describe())
     queue = arb.build_queue(
-        venue, venue_registry.venue(venue).seed, claim_labels.iter_rows(named=True),
+        venue, arb.keyed_order(item_id_secret(lake.lake().root, venue), venue), claim_labels.iter_rows(named=True),
         dict(zip(review_claims["claim_id"], review_claims["claim_text"])),
         dict(zip(claim_types["claim_id"], claim_types["claim_type"])), raw_answers,
     )

@@ -331,7 +331,7 @@ def resolve_cited_shard(context: dg.OpExecutionContext, shard: pl.DataFrame, par
     venue = context.partition_key
     options = citation_options(venue_registry, venue)
     library = citation_library(context, venue_registry, options)
-    store = CitedPaperStore(lake.lake().root, document_parser.parser())
+    store = CitedPaperStore(lake.lake().root, document_parser.parser(lake.lake()))
     resolver = CitedPaperResolver(store)
     titles, own_pdfs = venue_manuscripts(parsed_manuscripts)
     placed = {row["entry_id"]: row for row in shard.select("entry_id", OPEN_ACCESS_URLS, SHARD, POSITION)

@@ -50,9 +50,10 @@ def parse_shard(context: dg.OpExecutionContext, shard: pl.DataFrame, lake: LakeR
                 venue_registry: VenueRegistryResource, document_parser: DocumentParserResource):
     """Parse one shard's manuscripts: each stored PDF, and, for papers without one, an HTML / Markdown / text
     manuscript the venue provides (`manuscripts/<forum>.<ext>` in its snapshot); a manuscript that fails is recorded
-    as a parse error and the others complete."""
-    parser = document_parser.parser()
+    as a parse error and the others complete. A PDF this lake parsed before (any venue, same parser) is answered
+    from the lake's parse cache."""
     the_lake = lake.lake()
+    parser = document_parser.parser(the_lake)
     reader = SnapshotReader(venue_registry.snapshot_dir(venue_registry.venue(context.partition_key), the_lake))
     sources: list[tuple[dict, Path, str | None]] = []  # (manuscript_pdfs row, file, pdf sha256)
     for row in shard.iter_rows(named=True):
@@ -63,6 +64,7 @@ def parse_shard(context: dg.OpExecutionContext, shard: pl.DataFrame, lake: LakeR
     parsed, errors = [], []
     for done, (row, path, pdf_sha256) in enumerate(sources, start=1):
         paper_id, placed = row["paper_id"], {SHARD: row[SHARD], POSITION: row[POSITION]}
+        hits = parser.cache.hits
         try:
             document = parser.parse(path, source_name=f"{paper_id}{path.suffix}", paper_id=paper_id)
         except ManuscriptParseError as exc:
@@ -71,8 +73,11 @@ def parse_shard(context: dg.OpExecutionContext, shard: pl.DataFrame, lake: LakeR
                            "message": str(exc), **placed})
             continue
         parsed.append({**parsed_row(context.partition_key, pdf_sha256, document), **placed})
-        context.log.info(f"parsed {done}/{len(sources)}: {paper_id} ({document.pages} pages, {document.parser})")
-    yield dg.Output(pl.DataFrame(parsed, schema={**PARSED_SCHEMA, **SHARD_SCHEMA}), output_name="parsed")
+        how = f"{document.parser}, from the parse cache" if parser.cache.hits > hits else document.parser
+        context.log.info(f"parsed {done}/{len(sources)}: {paper_id} ({document.pages} pages, {how})")
+    yield dg.Output(pl.DataFrame(parsed, schema={**PARSED_SCHEMA, **SHARD_SCHEMA}), output_name="parsed",
+                    metadata={"parse_cache_hits": parser.cache.hits, "parse_cache_misses": parser.cache.misses,
+                              "parse_cache_rejected": parser.cache.rejected})
     yield dg.Output(pl.DataFrame(errors, schema={**PARSE_ERROR_SCHEMA, **SHARD_SCHEMA}), output_name="errors")
 
 

@@ -1,5 +1,5 @@
-"""`peerify arbitrate`: a maintainer works through the open items of a venue in the terminal; `peerify audit sample`
-draws the human audit's sample.
+"""`peerify arbitrate`: an annotator works through the open items of a venue in the terminal, blind as in the browser
+(items named by opaque id, never by claim id); `peerify audit sample` draws the human audit's sample.
 
 Modes of `arbitrate`:
 - `arbitration`: the `arbitration_queue` items without a live decision; the two candidate labels are shown as 1 and
@@ -132,7 +132,7 @@ class Screen:
 
     def item(self, item: Item, position: int, total: int, open_count: int, mode: str) -> list[str]:
         """Shows the item; returns the source-material lines hidden by the trim (shown by `m`)."""
-        out = [f"\n=== {position}/{total}  ({open_count} open)  {item.item_id} ===",
+        out = [f"\n=== {position}/{total}  ({open_count} open)  {item.opaque_id} ===",
                f"claim type: {item.claim_type or 'unknown'}", "claim:", *self.wrap(item.claim_text),
                f"source material, from {SOURCE_NAMES.get(item.source, item.source)}:"]
         material = self.wrap(item.source_material) if item.source_material else ["  (none recorded)"]
@@ -223,12 +223,13 @@ def _walk_items(session: Session, keys: Keys, screen: Screen) -> int:
                 if undone is None:
                     write("nothing of yours to undo\n")
                     continue
-                write(f"undone: your decision {undone.label} on {undone.item_id}\n")
+                shown = next(i for i in session.items if i.item_id == undone.item_id).opaque_id
+                write(f"undone: your decision {undone.label} on {shown}\n")
                 skipped.discard(undone.item_id)
                 current = next((i for i in session.open_items() if i.item_id == undone.item_id), None)
                 break
             if key == "o":
-                note = keys.line(lambda: write("note: ")).strip() or None
+                note = keys.line(lambda: write("note: ")) or None  # kept exactly, spaces and separators too
                 write(f"note kept for this item's decision: {note!r}\n" if note else "no note\n")
                 continue
             if key == "m":

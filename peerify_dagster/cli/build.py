@@ -78,8 +78,24 @@ def check_build_config(venue_key: str, configurations: list) -> Venue:
     missing = missing_files(venue, registry_path)
     if missing:
         raise ConfigError(missing[0])
+    checked_recording(venue, registry_path)
     check_models(venue_key, configurations, called_roles(venue))
     return venue
+
+
+def checked_recording(venue: Venue, registry_path: Path) -> Path | None:
+    """The venue's LLM recording (None when it names none), its columns checked against the ledger's from its footer:
+    a recording the first LLM step could not install is refused before the crawl and the parsing, not after them."""
+    if not venue.llm_recording:
+        return None
+    from peerify_dagster.resources.llm_recording import RecordingError, check_recording
+
+    recording = registry_path.parent / venue.llm_recording
+    try:
+        check_recording(recording)
+    except RecordingError as error:
+        raise ConfigError(f"{registry_path}: venue {venue.key!r}: {error}") from None
+    return recording
 
 
 def called_roles(venue: Venue) -> list[str]:
@@ -159,8 +175,7 @@ def print_build_estimate(venue_key: str, configurations: list) -> int:
 
     venue = registry[venue_key]
     snapshot = VenueRegistryResource(path=str(registry_path)).snapshot_dir(venue, Lake(paths.lake_root()))
-    return print_estimate(venue, snapshot, configurations,
-                          recording=registry_path.parent / venue.llm_recording if venue.llm_recording else None)
+    return print_estimate(venue, snapshot, configurations, recording=checked_recording(venue, registry_path))
 
 
 def _run_build(session: BuildSession, venue: Venue, configurations: list, args: argparse.Namespace, me: str) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -69,8 +70,24 @@ def one_line(exc: BaseException) -> str:
     return "; ".join(line.strip(" -") for line in str(exc).splitlines() if line.strip(" -"))
 
 
+# C0 and C1 controls (ESC, CR, ...), DEL and the bidi embeddings, overrides and isolates: printed raw they move the
+# cursor, recolour or reorder what a terminal shows.
+_TERMINAL_CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def visible(text: str) -> str:
+    """`text` with each character that would steer a terminal written out as its escape (\\x1b, \\r, \\u202e)."""
+    return _TERMINAL_CONTROLS.sub(lambda control: ascii(control.group())[1:-1], text)
+
+
+def table_cell(value: object, max_width: int = 80) -> str:
+    """A value as `format_table` shows it: on one line, control characters escaped, cut to `max_width`."""
+    return visible("NULL" if value is None else str(value).replace("\n", " "))[:max_width]
+
+
 def format_table(columns: list[str], rows: list[tuple], max_width: int = 80) -> str:
-    cells = [[("NULL" if v is None else str(v)).replace("\n", " ")[:max_width] for v in row] for row in rows]
+    columns = [visible(c) for c in columns]
+    cells = [[table_cell(v, max_width) for v in row] for row in rows]
     widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
     line = lambda values: "  ".join(v.ljust(w) for v, w in zip(values, widths))  # noqa: E731
     return "\n".join([line(columns), line(["-" * w for w in widths])] + [line(r) for r in cells])

@@ -81,6 +81,8 @@ def _labelstudio_paths(out: Path) -> tuple[Path, Path]:
 
 def cmd_decisions_import(args: argparse.Namespace) -> int:
     path = Path(args.file)
+    if not args.annotator.strip():
+        raise QueueCommandError("--annotator must name who made the decisions; it is empty")
     file_format = args.format or arb.import_format(path.name)
     if file_format is None:
         raise QueueCommandError(f"{path}: cannot tell the format from the name; give --format "

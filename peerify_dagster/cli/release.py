@@ -205,14 +205,23 @@ def not_a_release(release: Location) -> str | None:
     return None
 
 
+def _unusable_manifest(release: Location, error: rel.ManifestError) -> int:
+    """A manifest whose hash checks out but whose shape no reader can use: not a release (a usage error)."""
+    say(f"{release / rel.MANIFEST}: not a release manifest: {error}")
+    return EXIT_USAGE
+
+
 def cmd_verify(args: argparse.Namespace) -> int:
     release = resolve_release(args.release)
     if refusal := not_a_release(release):
         say(refusal)
         return EXIT_USAGE
-    with local_folder(release) as folder:
-        problems = verify(folder, args.manifest_sha256)
-        manifest = rel.read_manifest(folder)[0]
+    try:
+        with local_folder(release) as folder:
+            problems = verify(folder, args.manifest_sha256)
+            manifest = rel.read_manifest(folder)[0]
+    except rel.ManifestError as error:
+        return _unusable_manifest(release, error)
     if problems:
         say(f"MISMATCH in release {release}: {problems[0]}")
         for line in problems[1:20]:
@@ -295,8 +304,11 @@ def cmd_rebuild(args: argparse.Namespace) -> int:
     if args.out is not None and args.out.exists() and (not args.out.is_dir() or any(args.out.iterdir())):
         say(f"--out {args.out}: exists and is not an empty folder; nothing is overwritten")
         return EXIT_USAGE
-    with local_folder(release) as folder:
-        return rebuild_release(folder, release, args.out)
+    try:
+        with local_folder(release) as folder:
+            return rebuild_release(folder, release, args.out)
+    except rel.ManifestError as error:
+        return _unusable_manifest(release, error)
 
 
 def rebuild_release(folder: Path, release: Location, out: Path | None) -> int:
@@ -314,7 +326,7 @@ def rebuild_release(folder: Path, release: Location, out: Path | None) -> int:
     rows = contents.rows()
     call_ids, _ = rel.provenance_links(rows)
     replayed = replay_calls(contents.calls, call_ids)
-    rebuilt = rel.rebuild(rows, replayed, contents.manifest["seeds"], arbitration, audit)
+    rebuilt = rel.rebuild(rows, replayed, arbitration, audit)
     out = out or Path(tempfile.mkdtemp(prefix=f"peerify-rebuild-{contents.manifest['version']}-"))
     out.mkdir(parents=True, exist_ok=True)
     differing = []
@@ -360,8 +372,11 @@ def cmd_diff(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     read = []
     for release in releases:
-        with local_folder(release) as folder:
-            contents, problems = rel.read_release(folder, LEDGER_SCHEMA)
+        try:
+            with local_folder(release) as folder:
+                contents, problems = rel.read_release(folder, LEDGER_SCHEMA)
+        except rel.ManifestError as error:
+            return _unusable_manifest(release, error)
         if problems:
             say(f"cannot diff: release {release} does not verify: {problems[0]}")
             return EXIT_MISMATCH

@@ -1,13 +1,15 @@
 """`peerify serve`: the web app over the lake (venues, claims with their evidence, arbitration, verify), served by
 uvicorn. Loopback only by default; binding any other address needs an access token (PEERIFY_WEB_TOKEN, else one is
 generated and printed), and every request must then carry it; annotators sign in with the annotator pass printed
-beside it, which opens their pages only. Starting the server calls no model."""
+beside it, which opens their pages only. Starting the server calls no model. The access log goes to stderr: one line
+per request (time, method, path without the access token, status, duration; never a body or a cookie)."""
 
 from __future__ import annotations
 
 import argparse
 import os
 import socket
+import sys
 from pathlib import Path
 
 from peerify_dagster import paths
@@ -18,7 +20,11 @@ MIN_TOKEN_LENGTH = 16
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    serve = subparsers.add_parser("serve", help="the web app over the lake (loopback only unless given a token)")
+    serve = subparsers.add_parser("serve", help="the web app over the lake (loopback only unless given a token)",
+                                  description="The web app over the lake. Its access log goes to stderr: one line per "
+                                              "request (UTC time, method, path without the access token, status, "
+                                              "duration); form bodies and cookies are never logged. PDFs uploaded "
+                                              "to /verify are limited by PEERIFY_MAX_PDF_MB (default 50).")
     serve.add_argument("--host", default=DEFAULT_HOST,
                        help="address to bind (default 127.0.0.1; any other needs an access token: PEERIFY_WEB_TOKEN, "
                             "else one is generated)")
@@ -62,10 +68,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
     token, generated = access_token(args.host, os.environ.get(TOKEN_ENV))
     import uvicorn
 
+    from peerify_dagster.domain.uploads import UploadError
     from peerify_dagster.web.app import create_app
     from peerify_dagster.web.pages import DEFAULT_DAGSTER_URL
 
-    app = create_app(lake_root, token=token, dagster_url=args.dagster_url or DEFAULT_DAGSTER_URL)
+    try:
+        app = create_app(lake_root, token=token, dagster_url=args.dagster_url or DEFAULT_DAGSTER_URL,
+                         access_log=sys.stderr)
+    except UploadError as bad_limit:  # PEERIFY_MAX_PDF_MB that is no number
+        raise ConfigError(str(bad_limit)) from None
     if generated:
         say(f"{args.host} is not a loopback address: every request needs this access token (generated now; set "
             f"{TOKEN_ENV} to choose one): {token}")

@@ -15,15 +15,17 @@ the same venue (a content-addressed key), so a second run finds every call in th
 from __future__ import annotations
 
 import ctypes
+import gc
 import hashlib
 import json
 import os
 import signal
 import sys
+import sysconfig
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -109,6 +111,102 @@ class PreparedUpload:
 def upload_folder(key: str) -> Path:
     """`<lake>/uploads/<key>/`: the upload's snapshot, its description and its result."""
     return Path(paths.uploads_root()) / key
+
+
+VERIFIED_FILE = "verified.json"  # in the upload's folder: what its last complete verification was computed from
+READ_BACK_USAGE = ("LLM calls of this build: 0 made live, 0 answered from the ledger; 0 tokens, $0.0000 spent (no "
+                   "build: verified before from the same inputs, its result read back from the lake)")
+# PEERIFY_ settings that say where runs execute or what is accepted, or hold a secret: never what a verification finds.
+PLACEMENT_SETTINGS = frozenset({"PEERIFY_LAKE", "PEERIFY_LAKE_CACHE", "PEERIFY_EXECUTOR", "PEERIFY_REDIS_URL",
+                                "PEERIFY_POSTGRES_URL", "PEERIFY_LOST_WORKER_RETRIES", "PEERIFY_WEB_TOKEN",
+                                "PEERIFY_MAX_PDF_MB"})
+
+
+def verification_inputs(prepared: PreparedUpload, configurations: Sequence) -> str:
+    """A hash of what a verification's result follows from besides its input (the upload, which its key names): the
+    project's code and prompts, the installed packages, the upload venue as registered, each configuration's
+    definition, the models file, the source venue's LLM recording and every PEERIFY_ setting but the
+    PLACEMENT_SETTINGS (a model given as a local folder is known by its path)."""
+    from peerify_dagster.domain.code_versions import sources_fingerprint
+    from peerify_dagster.resources.llm_gateway.registry import ModelRegistry
+
+    def file_sha256(path: Path | None) -> str | None:
+        return hashlib.sha256(path.read_bytes()).hexdigest() if path is not None else None
+
+    # A package installed, removed or upgraded changes its metadata folder's name (`name-version.dist-info`).
+    packages = sorted(entry for folder in {sysconfig.get_path("purelib"), sysconfig.get_path("platlib")}
+                      if os.path.isdir(folder) for entry in os.listdir(folder) if entry.endswith(".dist-info"))
+    inputs = {"code": sources_fingerprint(), "packages": packages, "venue": asdict(prepared.venue),
+              "configurations": {c.name: c.content_hash() for c in configurations},
+              "models": file_sha256(ModelRegistry.load().path), "recording": file_sha256(prepared.recording),
+              "settings": {name: value for name, value in os.environ.items()
+                           if name.startswith("PEERIFY_") and name not in PLACEMENT_SETTINGS}}
+    return hashlib.sha256(json.dumps(inputs, sort_keys=True, default=str).encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class Verified:
+    """What a complete verification of an upload was computed from, kept beside its result (`verified.json`) with the
+    size and modification time of each of the upload venue's table files. The same request again from the same
+    inputs (`verification_inputs`), while those files are as that verification left them, would rebuild the same
+    tables and answer every call from the ledger: its result is read back instead. Never with
+    PEERIFY_LLM_CACHE_MODE=refresh (every call made again), nor on an S3 lake."""
+
+    inputs: str
+    configurations: tuple[str, ...]
+    reviewed: bool
+    citations: bool
+
+    @classmethod
+    def of(cls, request: VerificationRequest, prepared: PreparedUpload, configurations: Sequence) -> Verified:
+        return cls(verification_inputs(prepared, configurations), tuple(sorted(c.name for c in configurations)),
+                   request.reviews_given, request.citations)
+
+    @staticmethod
+    def path(key: str) -> Path:
+        return upload_folder(key) / VERIFIED_FILE
+
+    @staticmethod
+    def forget(key: str) -> None:
+        Verified.path(key).unlink(missing_ok=True)
+
+    def as_record(self) -> dict:
+        return {**asdict(self), "configurations": list(self.configurations)}  # as JSON gives it back
+
+    def _tables(self, lake, key: str) -> dict[str, list[int]]:  # noqa: ANN001 - a Lake
+        """[size, mtime_ns] of the venue's table files (predictions: of its configurations), by path in the lake."""
+        from peerify_dagster.resources.lake import partition_slug
+
+        files = [*lake.root.glob(f"*/{partition_slug(key)}.parquet"),
+                 *(lake.table_path("predictions", prediction_key(key, name)) for name in self.configurations)]
+        return {path.relative_to(lake.root).as_posix(): [stat.st_size, stat.st_mtime_ns]
+                for path in files if (stat := _stat(path)) is not None}
+
+    def holds(self, lake, key: str) -> bool:  # noqa: ANN001 - a Lake
+        """Whether the upload's record says it was verified from these inputs and its tables are as it left them."""
+        if lake.store.is_object_store or os.environ.get("PEERIFY_LLM_CACHE_MODE", "").strip() == "refresh":
+            return False
+        try:
+            record = json.loads(self.path(key).read_text())
+        except (OSError, ValueError):
+            return False
+        return isinstance(record, dict) and record.get("verified") == self.as_record() and \
+            bool(record.get("tables")) and record["tables"] == self._tables(lake, key)
+
+    def record(self, lake, key: str) -> None:  # noqa: ANN001 - a Lake
+        """Keep the record of a verification that completed (its tables written, its result read back)."""
+        from peerify_dagster.resources.files import write_json_atomic
+
+        if not lake.store.is_object_store:
+            write_json_atomic(self.path(key), {"verified": self.as_record(), "tables": self._tables(lake, key),
+                                               "verified_at": datetime.now(timezone.utc).isoformat()})
+
+
+def _stat(path: Path) -> os.stat_result | None:
+    try:
+        return path.stat()
+    except FileNotFoundError:
+        return None
 
 
 def prepare(request: VerificationRequest) -> PreparedUpload:
@@ -279,12 +377,11 @@ def run_verification(request: VerificationRequest, progress: Progress | None = N
                      holder: str | None = None) -> VerificationResult:
     """Register the request's upload venue, build it up to the predictions of its configurations (when it has a
     review) and through the citation half (when asked), and write the results (`<lake>/uploads/<key>/result.html`,
-    `result.json`; `citations.html`, `citations.json`). `progress(phase, message, percent)` hears each phase;
+    `result.json`; `citations.html`, `citations.json`). An input verified before from the same inputs (`Verified`)
+    is not built again: its result is read back from the lake. `progress(phase, message, percent)` hears each phase;
     `stop` (cli.build_session.StopSignals, in a main thread) lets a signal end the build after the run in progress.
     Raises UploadError or ConfigError, with nothing registered, for a request it refuses."""
     from peerify_dagster.cli.build import check_configurations, check_models
-    from peerify_dagster.cli.build_session import BudgetSpent, BuildSession
-    from peerify_dagster.cli.home import open_home
 
     report = progress or (lambda phase, message, percent: None)
     started = time.monotonic()
@@ -296,64 +393,85 @@ def run_verification(request: VerificationRequest, progress: Progress | None = N
     report(REGISTERING, f"registering {request.describe()} as venue {key}", PHASE_START[REGISTERING])
     register(prepared)
 
-    from dagster import AssetKey
-
-    from peerify_dagster.jobs import VERIFY_RUN_CONFIG, predictions_job, verify_citations_job, verify_upload_job
-    from peerify_dagster.partitions import add_venue_partitions
     from peerify_dagster.resources import runs
     from peerify_dagster.resources.lake import Lake
 
     lake = Lake(paths.lake_root())
     me = holder or f"peerify verify of {key} (pid {os.getpid()})"
-    instance = open_home(me, capture_step_output=False)
-    session = BuildSession(instance, lake.root, stop or NoStopSignals(), request.max_cost_usd, request.max_tokens)
-    failure = None
+    verified = Verified.of(request, prepared, configurations)
     # One upload verified twice at once writes the same partitions: the second waits, then finds all in the ledger.
+    # The result is read back and the record written under the lock too, so a record never outlives its tables.
     with runs.exclusive_lock(runs.build_lock_path(lake.root, key), me,
                              on_wait=lambda other: report(REGISTERING, f"waiting for {other} to finish", 2.0)):
-        add_venue_partitions(instance, key, [c.name for c in configurations])
-        try:
-            for phase, selection in phase_selections() if reviewed else []:
-                report(phase, f"{phase}: {len(selection)} assets of {key}", PHASE_START[phase])
-                # A run's config replaces the job's default, and names only the ops the run selects.
-                config = VERIFY_RUN_CONFIG if AssetKey("paper_claims") in selection else None
-                if not (result := session.run(verify_upload_job.name, key, config, selection)).success:
-                    failure = _failure(result)
-                    break
-            after = PHASE_START[CITING if request.citations else WRITING]
-            span = (after - PHASE_START[PREDICTING]) / max(1, len(configurations))
-            for index, configuration in enumerate(configurations if failure is None else []):
-                report(f"{PREDICTING} {configuration.name}", f"verifying the claims under {configuration.name}",
-                       PHASE_START[PREDICTING] + index * span)
-                if not (result := session.run(predictions_job.name, prediction_key(key, configuration.name))).success:
-                    failure = _failure(result)
-                    break
-            if request.citations and failure is None:
-                selection = citation_selection(reviewed)
-                report(CITING, f"{CITING}: {len(selection)} assets of {key}",
-                       PHASE_START[CITING] if reviewed else PHASE_START[PARSING])
-                if not (result := session.run(verify_citations_job.name, key, None, selection)).success:
-                    failure = _failure(result)
-        except BudgetSpent as spent:
-            failure = str(spent)
-    for line in lake.refresh_catalog().problems():
-        say(line)
-    outcome = VerificationResult(key, session.usage_line(), time.monotonic() - started, failure)
-    if failure is not None:
-        return outcome
-    report(WRITING, "reading the verdicts back and writing the result page", PHASE_START[WRITING])
-    done = []
-    if reviewed:
-        outcome.summary = read_summary(lake, key, prepared.origin, [c.name for c in configurations])
-        outcome.html_path = write_result(outcome.summary, upload_folder(key))
-        done.append(f"{len(outcome.summary.claims)} claims verified")
-    if request.citations:
-        outcome.citations = read_citations(lake, key, prepared.origin)
-        outcome.citations_path = write_citations(outcome.citations, upload_folder(key))
-        done.append(f"{len(outcome.citations.citances)} citances checked")
+        if verified.holds(lake, key):
+            report(WRITING, f"{key} was verified before from the same input, code, models and settings: reading its "
+                            "result back", PHASE_START[WRITING])
+            outcome = VerificationResult(key, READ_BACK_USAGE, 0.0)
+        else:
+            Verified.forget(key)  # the runs below rewrite the tables an earlier record vouched for
+            outcome = _build(request, key, configurations, lake, me, stop, report)
+            if not outcome.succeeded:
+                outcome.seconds = time.monotonic() - started
+                return outcome
+            report(WRITING, "reading the verdicts back and writing the result page", PHASE_START[WRITING])
+        done = []
+        if reviewed:
+            outcome.summary = read_summary(lake, key, prepared.origin, [c.name for c in configurations])
+            outcome.html_path = write_result(outcome.summary, upload_folder(key))
+            done.append(f"{len(outcome.summary.claims)} claims verified")
+        if request.citations:
+            outcome.citations = read_citations(lake, key, prepared.origin)
+            outcome.citations_path = write_citations(outcome.citations, upload_folder(key))
+            done.append(f"{len(outcome.citations.citances)} citances checked")
+        verified.record(lake, key)
     outcome.seconds = time.monotonic() - started
     report(WRITING, f"done: {', '.join(done)}", 100.0)
     return outcome
+
+
+def _build(request: VerificationRequest, key: str, configurations: list, lake, me: str,  # noqa: ANN001 - a Lake
+           stop, report: Progress) -> VerificationResult:  # noqa: ANN001 - a StopSignals or None
+    """The upload venue's runs: the `verify_upload` job's phases, one predictions run per configuration, the
+    citation half; the result says what they spent and, when one failed or the budget ran out, why they stopped."""
+    from dagster import AssetKey
+
+    from peerify_dagster.cli.build_session import BudgetSpent, BuildSession
+    from peerify_dagster.cli.home import open_home
+    from peerify_dagster.jobs import VERIFY_RUN_CONFIG, predictions_job, verify_citations_job, verify_upload_job
+    from peerify_dagster.partitions import add_venue_partitions
+
+    reviewed = request.reviews_given
+    instance = open_home(me, capture_step_output=False)
+    session = BuildSession(instance, lake.root, stop or NoStopSignals(), request.max_cost_usd, request.max_tokens)
+    add_venue_partitions(instance, key, [c.name for c in configurations])
+    failure = None
+    try:
+        for phase, selection in phase_selections() if reviewed else []:
+            report(phase, f"{phase}: {len(selection)} assets of {key}", PHASE_START[phase])
+            # A run's config replaces the job's default, and names only the ops the run selects.
+            config = VERIFY_RUN_CONFIG if AssetKey("paper_claims") in selection else None
+            if not (result := session.run(verify_upload_job.name, key, config, selection)).success:
+                failure = _failure(result)
+                break
+        after = PHASE_START[CITING if request.citations else WRITING]
+        span = (after - PHASE_START[PREDICTING]) / max(1, len(configurations))
+        for index, configuration in enumerate(configurations if failure is None else []):
+            report(f"{PREDICTING} {configuration.name}", f"verifying the claims under {configuration.name}",
+                   PHASE_START[PREDICTING] + index * span)
+            if not (result := session.run(predictions_job.name, prediction_key(key, configuration.name))).success:
+                failure = _failure(result)
+                break
+        if request.citations and failure is None:
+            selection = citation_selection(reviewed)
+            report(CITING, f"{CITING}: {len(selection)} assets of {key}",
+                   PHASE_START[CITING] if reviewed else PHASE_START[PARSING])
+            if not (result := session.run(verify_citations_job.name, key, None, selection)).success:
+                failure = _failure(result)
+    except BudgetSpent as spent:
+        failure = str(spent)
+    for line in lake.refresh_catalog().problems():
+        say(line)
+    return VerificationResult(key, session.usage_line(), 0.0, failure)
 
 
 def verify_stages(request: VerificationRequest, venue: Venue) -> tuple[str, ...]:
@@ -486,4 +604,8 @@ def run_job(job_id: str, parent_pid: int | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(run_job(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else None))
+    exit_code = run_job(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else None)
+    # The process ends: the OS frees its objects. Frozen, they are not walked again by the collections of the
+    # interpreter's shutdown (seconds after a build, with Dagster, Docling and torch loaded).
+    gc.freeze()
+    sys.exit(exit_code)

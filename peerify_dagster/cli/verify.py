@@ -2,7 +2,8 @@
 (peerify_dagster/cli/verification.py), the claims printed with their verdicts and evidence and written as one HTML
 page; with `--citations`, the manuscript's own citing sentences checked against the papers they cite as well (or
 alone: the review is then optional), printed and written as a second page. Every input is checked before anything
-is registered or built: a refused input is one line naming the file (or forum) and the reason, exit code 2."""
+is registered or built (the PDF against the upload limit, each review section against the configured extractor's
+context window): a refused input is one line naming the file (or forum) and the reason, exit code 2."""
 
 from __future__ import annotations
 
@@ -24,12 +25,15 @@ def _read(path: str, what: str) -> bytes:
 
 
 def upload_from_files(pdf: str, reviews: list[str], responses: list[str], max_pdf_bytes: int) -> uploads.Upload:
-    """The upload the files make, each checked (UploadError naming the file and the reason)."""
+    """The upload the files make, each checked (UploadError naming the file and the reason); a review's sections
+    against the configured extractor's window."""
     data = _read(pdf, "PDF")
     uploads.check_pdf(pdf, data, max_pdf_bytes)
+    review_limit = _review_limit() if reviews else None
     given_reviews, answers = [], []  # answers: (file, its responses)
     for path in reviews:
         found, answered = uploads.read_reviews(path, _read(path, "review"))
+        uploads.check_review_length(path, found, review_limit)
         given_reviews += found
         answers.append((path, answered))
     answers += [(path, uploads.read_responses(path, _read(path, "response"))) for path in responses]
@@ -82,6 +86,17 @@ def cmd_verify(args: argparse.Namespace) -> int:
         raise ConfigError(str(refused)) from None
 
 
+def _review_limit() -> uploads.ReviewLimit:
+    """How long a review section may be for the configured extractor (models.yaml, PEERIFY_LLM_PROFILE, ...)."""
+    from peerify_dagster.resources.llm_gateway import ModelRegistry
+    from peerify_dagster.resources.llm_gateway.errors import ConfigurationError
+
+    try:
+        return uploads.extractor_review_limit(ModelRegistry.load())
+    except ConfigurationError as error:
+        raise ConfigError(str(error)) from None
+
+
 def _verify(request: uploads.VerificationRequest) -> int:
     from peerify_dagster.cli.build_session import BuildInterrupted, StopSignals
     from peerify_dagster.cli.verification import run_verification
@@ -123,7 +138,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "a benchmark). Prints each claim with its verdicts and the passages shown, and writes a one-page "
                     "HTML result under <lake>/uploads/<key>/. With --citations, the paper's citing sentences are "
                     "checked against the papers they cite as well (the `verify_citations` job) and written as "
-                    "citations.html beside it. The same input again is answered from the LLM ledger.")
+                    "citations.html beside it. The same input again is answered from the LLM ledger. Inputs are "
+                    "checked before anything runs: a PDF over the upload limit (--max-pdf-mb, PEERIFY_MAX_PDF_MB, "
+                    "else 50 MB), or a review section longer than the configured extractor's context window leaves "
+                    "room for, is refused naming the file.")
     verify.add_argument("--pdf", metavar="PAPER.pdf", help="the manuscript")
     verify.add_argument("--review", action="append", metavar="FILE",
                         help="a review: plain text (OpenReview's `Summary: ...` field labels are kept as sections), "

@@ -1,10 +1,14 @@
 """The human arbitration of the two LLM labellers: the anonymised queue, the canonical labels and the file formats
 humans answer it in (JSONL, CSV, Label Studio). Pure logic: no Dagster, no file system.
 
-Anonymisation: a queue row shows the two labellers' answers as `candidate_1` / `candidate_2` in an order drawn per
-record from the venue's seed; which labeller is which lives only in `arbitration_key`. Nothing here that builds an
-export or a queue row reads the key. A candidate without a usable label carries its labeller's raw answer
-(`candidate_N_raw_answer`), so the human sees what the model actually said.
+Anonymisation, blind to anyone who can read the public reviews and this repository but not the lake: a queue row
+shows the two labellers' answers as `candidate_1` / `candidate_2` in an order that is a coin flip per item keyed with
+the venue's item id secret (an HMAC-SHA256, see keyed_order), never a plain hash of public inputs such as the claim id
+and the venue's seed; which labeller is which lives only in `arbitration_key`. Nothing here that builds an export or
+a queue row reads the key. The manuscript passages an item shows are tagged [P1], [P2], ... in the order shown (the
+chunk ids behind them, which name the forum, are in the row's `passage_chunks`), and any other mention of the item's
+forum id in what the annotator reads is hidden too (PassageTags). A candidate without a usable label carries its
+labeller's raw answer (`candidate_N_raw_answer`), so the human sees what the model actually said.
 
 Opaque ids: what an annotator sees of an item is never its claim id (`claim_labels` and `canonical_labels.label_a/b`
 are keyed by it, so one join would tell which candidate is which labeller) but `q-` + 12 hex of an HMAC-SHA256, keyed
@@ -16,7 +20,9 @@ maps it back through the queue it was exported from, and still takes the claim_i
 Decisions answering an older queue version (the queue is rebuilt whenever any item changes, so every decision
 soon answers an older version) are applied while what was chosen is still on offer in the same form: a candidate
 choice when that candidate still carries the label chosen, a third label when neither candidate now carries it.
-Otherwise the decision is stale: kept in the ledger, reported, and the item is pending again.
+Otherwise the decision is stale: kept in the ledger, reported, and the item is pending again. So a changed candidate
+order (queues built before keyed_order ordered them by a plain hash) never turns a decision into an upholding of the
+other labeller: where the chosen candidate now carries the other labeller's label, the decision is stale.
 """
 
 from __future__ import annotations
@@ -24,8 +30,10 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import re
+import reprlib
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from xml.sax.saxutils import quoteattr
 
@@ -43,9 +51,9 @@ UPHELD = {"a": "a_upheld", "b": "b_upheld"}
 
 QUEUE_COLUMNS = (
     "venue", "item_id", "claim_id", "paper_id", "review_id", "source", "claim_text", "claim_type", "source_material",
-    "candidate_1_label", "candidate_1_justification", "candidate_1_evidence", "candidate_1_raw_answer",
-    "candidate_2_label", "candidate_2_justification", "candidate_2_evidence", "candidate_2_raw_answer", "reason",
-    "queue_version",
+    "passage_chunks", "candidate_1_label", "candidate_1_justification", "candidate_1_evidence",
+    "candidate_1_raw_answer", "candidate_2_label", "candidate_2_justification", "candidate_2_evidence",
+    "candidate_2_raw_answer", "reason", "queue_version",
 )
 KEY_COLUMNS = ("item_id", "candidate_1_labeller", "candidate_2_labeller", "queue_version")
 CANONICAL_COLUMNS = (
@@ -65,6 +73,9 @@ EXPORT_FORMATS = ("jsonl", "csv", "labelstudio")
 LS_LABEL_CONTROL, LS_NOTE_CONTROL = "label", "note"
 OPAQUE_ID_PREFIX = "q-"
 OPAQUE_ID_HEX = 12  # 48 bits: a clash in a queue of 10,000 items has a chance below 1 in 5 million, and is refused
+PASSAGE_TAG, FORUM_MENTION = "P{}", "the paper"  # what annotators read instead of a chunk id, and of a bare forum id
+# item id -> (the labeller shown as candidate_1, the one shown as candidate_2)
+CandidateOrder = Callable[[str], tuple[str, str]]
 
 
 def item_id_of(claim_id: str, source: str) -> str:
@@ -87,10 +98,64 @@ def opaque_item_ids(secret: bytes, venue: str, version: str | None, item_ids: It
     return ids
 
 
-def candidate_order(venue: str, item_id: str, seed: int) -> tuple[str, str]:
-    """Which labeller is candidate_1 and which candidate_2: a coin flip per record, the same on every rebuild."""
-    digest = hashlib.sha256(f"{venue}:{item_id}:{seed}".encode()).digest()
-    return ("a", "b") if digest[-1] % 2 == 0 else ("b", "a")
+def keyed_order(secret: bytes, venue: str) -> CandidateOrder:
+    """Which labeller is candidate_1 and which candidate_2 of each item: a coin flip per item, the same on every
+    rebuild, keyed with the venue's item id secret. Everything else it depends on (venue, claim id, source) can be
+    worked out from the public reviews, so without the key the order would be too; with it, telling which candidate
+    is which labeller is a guess. Its message starts with a purpose line, so it is never an opaque id's message."""
+    def order(item_id: str) -> tuple[str, str]:
+        message = "\n".join(["candidate order", venue, item_id]).encode("utf-8")
+        return LABELLERS if hmac.new(secret, message, hashlib.sha256).digest()[-1] % 2 == 0 else LABELLERS[::-1]
+    return order
+
+
+def decided_order(label_rows: Iterable[Mapping], current: Mapping[str, object]) -> CandidateOrder:
+    """The candidate order of a queue rebuilt without its venue's secret (a released dataset's rebuild): each item
+    whose decision chose a candidate shows the labeller that gave the decision's label as that candidate; any other
+    item shows a then b. A candidate choice applies only while its candidate carries the label chosen (stale_reason),
+    so it upholds the labeller that gave that label, as it did when the pipeline applied it. `current`:
+    current_decisions of the arbitration ledger."""
+    pairs = labeller_pairs(label_rows)
+    orders = {}
+    for item_id, decision in current.items():
+        chosen = [labeller for labeller in LABELLERS if _label(pairs.get(item_id, {}), labeller) == decision.label]
+        if decision.choice in CANDIDATES and chosen:
+            other = next(labeller for labeller in LABELLERS if labeller != chosen[0])
+            orders[item_id] = (chosen[0], other) if decision.choice == CANDIDATES[0] else (other, chosen[0])
+    return lambda item_id: orders.get(item_id, LABELLERS)
+
+
+@dataclass
+class PassageTags:
+    """What an item shows its annotator instead of chunk ids: `[<forum id>:0010:<hash>]` names the forum, whose
+    reviews and claim ids are public, so each passage is tagged P1, P2, ... in the order its source material shows
+    them. A mention of a chunk elsewhere (a labeller quoting a passage's tag, perhaps garbled) gets the tag of the
+    shown chunk with the same position in the paper, else a tag of its own; a bare forum id becomes "the paper".
+    `chunks[n - 1]` is what P<n> stands for (a chunk id, or a mention as the model wrote it)."""
+
+    paper_id: str | None
+    chunks: list[str]
+
+    def hide(self, text: str | None) -> str | None:
+        if not text or not self.paper_id:
+            return text
+        pattern = rf"(?<![\w-]){re.escape(self.paper_id)}(?::(\d+)(?::[0-9a-fA-F]*)?)?"
+        return re.sub(pattern, self._tag, text)
+
+    def _tag(self, mention: re.Match) -> str:
+        if mention.group(1) is None:
+            return FORUM_MENTION
+        position = int(mention.group(1))
+        known = next((n for n, chunk in enumerate(self.chunks, start=1) if self._position(chunk) == position), None)
+        if known is None:
+            self.chunks.append(mention.group(0))
+            known = len(self.chunks)
+        return PASSAGE_TAG.format(known)
+
+    def _position(self, chunk: str) -> int | None:
+        """The position in the paper that a chunk id (`<forum id>:<position>:<hash>`) or a mention of one names."""
+        position = chunk.removeprefix(f"{self.paper_id}:").split(":")[0]
+        return int(position) if chunk.startswith(f"{self.paper_id}:") and position.isdigit() else None
 
 
 def queue_reason(label_a: str | None, label_b: str | None) -> str | None:
@@ -142,33 +207,37 @@ def _raw_answer(answer: Mapping, raw_answers: Mapping[str, str]) -> str | None:
     return raw_answers.get(answer["call_id"]) or answer.get("raw_label")
 
 
-def build_queue(venue: str, seed: int, label_rows: Iterable[Mapping], claim_texts: Mapping[str, str],
+def build_queue(venue: str, order: CandidateOrder, label_rows: Iterable[Mapping], claim_texts: Mapping[str, str],
                 claim_types: Mapping[str, str | None], raw_answers: Mapping[str, str] | None = None) -> Queue:
-    """Every (claim, source) whose labellers disagree or failed to parse, with anonymised candidates. `raw_answers`:
-    call id -> the model's raw response, for the calls of unparsed_call_ids (from the llm_calls ledger)."""
+    """Every (claim, source) whose labellers disagree or failed to parse, with anonymised candidates in `order`
+    (keyed_order). `raw_answers`: call id -> the model's raw response, for the calls of unparsed_call_ids (from the
+    llm_calls ledger). Every text an annotator reads has its passages tagged by PassageTags."""
     rows, orders = [], {}
     for item_id, pair in sorted(labeller_pairs(label_rows).items()):
         reason = queue_reason(_label(pair, "a"), _label(pair, "b"))
         if reason is None or has_no_material(pair):
             continue
-        order = orders[item_id] = candidate_order(venue, item_id, seed)
+        orders[item_id] = order(item_id)
         any_row = pair.get("a") or pair["b"]
+        # The labellers may have seen different evidence (whole manuscript vs retrieved chunks): show the fuller
+        # one, chosen without regard to which labeller saw it.
+        shown = max(pair.values(), key=lambda r: len(r.get("evidence_text") or ""))
+        tags = PassageTags(any_row["paper_id"], list(shown.get("evidence_chunk_ids") or []))
         row = {
             "venue": venue, "item_id": item_id, "claim_id": any_row["claim_id"], "paper_id": any_row["paper_id"],
             "review_id": any_row["review_id"], "source": any_row["source"],
-            "claim_text": claim_texts.get(any_row["claim_id"]), "claim_type": claim_types.get(any_row["claim_id"]),
-            # The labellers may have seen different evidence (whole manuscript vs retrieved chunks): show the
-            # fuller one, chosen without regard to which labeller saw it.
-            "source_material": max((r.get("evidence_text") or "" for r in pair.values()), key=len),
-            "reason": reason,
+            "claim_text": tags.hide(claim_texts.get(any_row["claim_id"])),
+            "claim_type": claim_types.get(any_row["claim_id"]),
+            "source_material": tags.hide(shown.get("evidence_text") or ""), "reason": reason,
         }
-        for candidate, labeller in zip(CANDIDATES, order):
+        for candidate, labeller in zip(CANDIDATES, orders[item_id]):
             answer = pair.get(labeller, {})
             row[f"{candidate}_label"] = _label(pair, labeller)
-            row[f"{candidate}_justification"] = answer.get("justification")
-            row[f"{candidate}_evidence"] = list(answer.get("evidence_quotes") or [])
-            row[f"{candidate}_raw_answer"] = (_raw_answer(answer, raw_answers or {})
+            row[f"{candidate}_justification"] = tags.hide(answer.get("justification"))
+            row[f"{candidate}_evidence"] = [tags.hide(quote) for quote in answer.get("evidence_quotes") or []]
+            row[f"{candidate}_raw_answer"] = (tags.hide(_raw_answer(answer, raw_answers or {}))
                                               if row[f"{candidate}_label"] is None else None)
+        row["passage_chunks"] = tags.chunks  # last: the texts above may have added mentions of their own
         rows.append(row)
     version = queue_version(rows)
     for row in rows:
@@ -336,7 +405,7 @@ class Answer:
     """One answer read from a file, before validation against the queue."""
 
     where: str
-    fields: dict  # venue, item_id, queue_version, choice, label, note (+ claim_id, source when the file has them)
+    fields: dict  # ANSWER_FIELDS, each a string or None (see _answer_fields)
     line: int | None = None  # where the answer starts in a JSONL or CSV file
 
 
@@ -348,72 +417,168 @@ class ValidAnswer:
     note: str | None
 
 
+# What an import reads of a record (every other exported field is there for the human, and ignored).
+ID_FIELDS = ("venue", "item_id", "queue_version", "claim_id", "source")
+ANSWER_FIELDS = (*ID_FIELDS, *ANSWER_COLUMNS)
+# A value quoted in a problem is cut short: a huge or deeply nested one would drown the message (or, nested deeper
+# than the interpreter recurses, fail to print at all).
+_SHOWN = reprlib.Repr()
+_SHOWN.maxstring = _SHOWN.maxother = _SHOWN.maxlong = 60
+_SHOWN.maxlevel = 3
+
+
+def _shown(value: object) -> str:
+    return _SHOWN.repr(value)
+
+
+def _plain(text: str) -> str:
+    """`text` as it is where it is short and printable (an id, a version), else as _shown quotes it: a problem is
+    one line, whatever the file holds."""
+    return text if len(text) <= _SHOWN.maxstring and text.isprintable() else _shown(text)
+
+
 def _blank(value: object) -> bool:
     return value is None or (isinstance(value, str) and not value.strip())
 
 
-def _clean(value: object) -> object:
-    return None if _blank(value) else value.strip() if isinstance(value, str) else value
+def _clean(value: str | None) -> str | None:
+    return None if _blank(value) else value.strip()
+
+
+def _answer_fields(record: Mapping) -> tuple[dict, list[str]]:
+    """The ANSWER_FIELDS of a record as an import reads them, and why any cannot be read. Each must be a string
+    (UTF-8 can encode) or null (or absent). Whitespace around an id or an answer is dropped (a spreadsheet's stray
+    space), but a note is kept exactly as written: its leading and trailing line breaks and separators are part of
+    it, and only an empty note is no note."""
+    fields, reasons = {}, []
+    for name in ANSWER_FIELDS:
+        value = record.get(name)
+        if value is not None and not isinstance(value, str):
+            reasons.append(f"{name} must be a string or null, got {type(value).__name__} {_shown(value)}")
+        elif value is not None and not _encodable(value):
+            reasons.append(f"{name} holds a lone surrogate (an escape such as \\ud800 that is no character)")
+        elif name == "note":
+            fields[name] = value or None
+        else:
+            fields[name] = _clean(value)
+    return fields, reasons
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _read_record(record: object, where: str, line: int | None) -> tuple[list[Answer], list[ImportProblem]]:
+    """One JSONL or CSV record as an answer, or the problems that make it none."""
+    if not isinstance(record, dict):
+        return [], [ImportProblem(where, f"not a JSON object but a {type(record).__name__}", line)]
+    fields, reasons = _answer_fields(record)
+    if reasons:
+        return [], [ImportProblem(where, reason, line) for reason in reasons]
+    return [Answer(where, fields, line)], []
 
 
 def read_jsonl(data: bytes) -> tuple[list[Answer], list[ImportProblem]]:
     answers, problems = [], []
     for line in records.json_lines(data):
         where = f"line {line.number}"
-        if line.problem is not None or not isinstance(line.record, dict):
-            problems.append(ImportProblem(where, line.problem or "not a JSON object", line.number))
+        if line.problem is not None:
+            problems.append(ImportProblem(where, line.problem, line.number))
             continue
-        answers.append(Answer(where, {k: _clean(v) for k, v in line.record.items()}, line.number))
+        read, refused = _read_record(line.record, where, line.number)
+        answers += read
+        problems += refused
     return answers, problems
 
 
 def read_csv(data: bytes) -> tuple[list[Answer], list[ImportProblem]]:
-    answers = []
+    answers, problems = [], []
     try:
         for number, record in records.csv_records(records.decoded(data)):
-            answers.append(Answer(f"line {number}", {k: _clean(v) for k, v in record.items()}, number))
+            read, refused = _read_record(record, f"line {number}", number)
+            answers += read
+            problems += refused
     except records.RecordError as exc:
-        return answers, [ImportProblem(f"line {exc.line}", exc.reason, exc.line)]
-    return answers, []
+        problems.append(ImportProblem(f"line {exc.line}", exc.reason, exc.line))
+    return answers, problems
 
 
 def read_labelstudio(data: bytes) -> tuple[list[Answer], list[ImportProblem]]:
     """Label Studio's "Export JSON": a list of tasks, each with `data` and `annotations[].result[]`."""
     try:
-        tasks = json.loads(records.decoded(data))
+        tasks = records.json_value(records.decoded(data))
     except records.RecordError as exc:
-        return [], [ImportProblem(f"line {exc.line}", exc.reason, exc.line)]
-    except json.JSONDecodeError as exc:
-        return [], [ImportProblem(f"line {exc.lineno}", f"not valid JSON ({exc.msg})", exc.lineno)]
+        return [], [ImportProblem(None if exc.line is None else f"line {exc.line}", exc.reason, exc.line)]
     if not isinstance(tasks, list):
-        return [], [ImportProblem(None, "not a Label Studio export (a JSON list of tasks)")]
+        return [], [ImportProblem(None, f"not a Label Studio export (a JSON list of tasks) but a "
+                                        f"{type(tasks).__name__}")]
     answers, problems = [], []
     for number, task in enumerate(tasks, start=1):
-        where = f"task {number}" + (f" (id {task['id']})" if isinstance(task, dict) and "id" in task else "")
-        if not isinstance(task, dict) or not isinstance(task.get("data"), dict):
-            problems.append(ImportProblem(where, "not a task with a `data` object"))
-            continue
-        done = [a for a in task.get("annotations") or [] if isinstance(a, dict) and not a.get("was_cancelled")]
-        if len(done) > 1:
-            problems.append(ImportProblem(where, f"{len(done)} annotations; export one per task (resolve them in "
-                                                 "Label Studio first)"))
-            continue
-        if not done:
-            continue  # not labelled yet
-        results = {r.get("from_name"): r.get("value") or {} for r in done[0].get("result") or [] if isinstance(r, dict)}
-        choices = results.get(LS_LABEL_CONTROL, {}).get("choices") or []
-        if len(choices) != 1:
-            problems.append(ImportProblem(where, f"expected one choice in `{LS_LABEL_CONTROL}`, got {choices!r}"))
-            continue
-        note_text = results.get(LS_NOTE_CONTROL, {}).get("text") or []
-        user = done[0].get("completed_by")
-        note = " ".join(t for t in note_text if isinstance(t, str)).strip() or None
-        if user is not None:  # keep who labelled it in Label Studio beside the annotator named on import
-            note = f"label studio user {user.get('email', user) if isinstance(user, dict) else user}" + (
-                f": {note}" if note else "")
-        data = {k: _clean(task["data"].get(k)) for k in ("venue", "item_id", "queue_version", "claim_id", "source")}
-        answers.append(Answer(where, {**data, "label": _clean(choices[0]), "choice": None, "note": note}))
+        task_id = task.get("id") if isinstance(task, dict) else None
+        where = f"task {number}" + (f" (id {_shown(task_id)})" if task_id is not None else "")
+        answer, reasons = _labelstudio_answer(task, where)
+        answers += [answer] if answer else []
+        problems += [ImportProblem(where, reason) for reason in reasons]
     return answers, problems
+
+
+def _labelstudio_answer(task: object, where: str) -> tuple[Answer | None, list[str]]:
+    """One task's answer (None when it is not labelled yet), or why it has none."""
+    if not isinstance(task, dict) or not isinstance(task.get("data"), dict):
+        return None, ["not a task with a `data` object"]
+    annotations = task.get("annotations", [])
+    if not isinstance(annotations, list) or not all(isinstance(a, dict) for a in annotations):
+        return None, [f"`annotations` must be a list of objects, got {_shown(annotations)}"]
+    done = [a for a in annotations if not a.get("was_cancelled")]
+    if len(done) > 1:
+        return None, [f"{len(done)} annotations; export one per task (resolve them in Label Studio first)"]
+    if not done:
+        return None, []  # not labelled yet
+    values, reasons = _labelstudio_values(done[0].get("result"))
+    if reasons:
+        return None, reasons
+    choices = values.get(LS_LABEL_CONTROL, {}).get("choices", [])
+    one_choice = isinstance(choices, list) and len(choices) == 1 and isinstance(choices[0], str)
+    if not one_choice:
+        reasons.append(f"expected one choice in `{LS_LABEL_CONTROL}`, got {_shown(choices)}")
+    texts = values.get(LS_NOTE_CONTROL, {}).get("text", [])
+    note_texts = isinstance(texts, list) and all(isinstance(text, str) for text in texts)
+    if not note_texts:
+        reasons.append(f"the note (`{LS_NOTE_CONTROL}`'s text) must be a list of strings, got {_shown(texts)}")
+    fields, field_reasons = _answer_fields({**{name: task["data"].get(name) for name in ID_FIELDS},
+                                            "label": choices[0] if one_choice else None,
+                                            "note": " ".join(texts) if note_texts else None})
+    if reasons or field_reasons:
+        return None, reasons + field_reasons
+    user = done[0].get("completed_by")
+    user = user.get("email", user.get("id")) if isinstance(user, dict) else user
+    if user is not None and (isinstance(user, bool) or not isinstance(user, int | str)):
+        return None, [f"`completed_by` must be a user id or a user with an email, got {_shown(user)}"]
+    if user is not None:  # keep who labelled it in Label Studio beside the annotator named on import
+        fields["note"] = f"label studio user {user}" + (f": {fields['note']}" if fields["note"] else "")
+    return Answer(where, fields), []
+
+
+def _labelstudio_values(results: object) -> tuple[dict[str, dict], list[str]]:
+    """The `value` object of each of our controls' results in an annotation, and why any cannot be read."""
+    if not isinstance(results, list):
+        return {}, [f"the annotation's `result` must be a list, got {_shown(results)}"]
+    values, reasons = {}, []
+    for result in results:
+        name = result.get("from_name") if isinstance(result, dict) else None
+        if name not in (LS_LABEL_CONTROL, LS_NOTE_CONTROL):
+            continue  # another control's result (or no result of ours): nothing this import reads
+        if name in values:
+            reasons.append(f"two results for `{name}`")
+        elif not isinstance(result.get("value"), dict):
+            reasons.append(f"the `{name}` result's value must be an object, got {_shown(result.get('value'))}")
+        else:
+            values[name] = result["value"]
+    return values, reasons
 
 
 READERS = {"jsonl": read_jsonl, "csv": read_csv, "labelstudio": read_labelstudio}
@@ -450,7 +615,7 @@ def validate_answers(answers: Sequence[Answer], venue: str, queue_rows: Sequence
         if item_id and seen[item_id] > 1:
             others = [other.where for other, other_id in zip(decided, resolved)
                       if other_id == item_id and other is not answer]
-            reasons.append(f"duplicate answer for {answer.fields['item_id']} (also {', '.join(others)})")
+            reasons.append(f"duplicate answer for {_plain(answer.fields['item_id'])} (also {', '.join(others)})")
         if reasons:
             problems += [ImportProblem(answer.where, reason, answer.line) for reason in reasons]
             continue
@@ -475,28 +640,28 @@ def _answer_problems(fields: Mapping, item_id: str | None, venue: str, queue: Ma
         return [f"missing field(s) {', '.join(missing)}"]
     reasons = []
     if fields["venue"] != venue:
-        reasons.append(f"venue {fields['venue']!r} is not {venue!r}")
+        reasons.append(f"venue {_shown(fields['venue'])} is not {venue!r}")
     stale = fields["queue_version"] != current_version
     if stale:
-        reasons.append(f"answers queue version {fields['queue_version']}, the current one is {current_version}; "
-                       "export the queue again")
+        reasons.append(f"answers queue version {_plain(fields['queue_version'])}, the current one is "
+                       f"{current_version}; export the queue again")
     if item_id is None:  # an opaque id, which names an item only within the queue version it was exported from
-        return reasons if stale else [*reasons, f"item {fields['item_id']!r} is no item of queue version "
+        return reasons if stale else [*reasons, f"item {_shown(fields['item_id'])} is no item of queue version "
                                                 f"{current_version} (an id this queue never exported)"]
     claim_id, _, source = item_id.rpartition(":")
     row = queue.get(item_id)
     if row is None:
         known = "known claim, but this item is not in the arbitration queue (its labellers agree)" \
             if claim_id in known_claim_ids else "unknown claim id"
-        reasons.append(f"item {item_id!r}: {known}")
+        reasons.append(f"item {_shown(item_id)}: {known}")
     for name, expected in (("claim_id", claim_id), ("source", source)):
         if not _blank(fields.get(name)) and fields[name] != expected:
-            reasons.append(f"{name} {fields[name]!r} does not match item_id {fields['item_id']!r}")
+            reasons.append(f"{name} {_shown(fields[name])} does not match item_id {_shown(fields['item_id'])}")
     label, choice = fields.get("label"), fields.get("choice")
-    if label is not None and _vocabulary_label(str(label)) is None:
-        reasons.append(f"label {label!r} is not one of {', '.join(LABELS)}")
+    if label is not None and _vocabulary_label(label) is None:
+        reasons.append(f"label {_shown(label)} is not one of {', '.join(LABELS)}")
     if choice is not None and choice not in (*CANDIDATES, THIRD_LABEL):
-        reasons.append(f"choice {choice!r} is not one of {', '.join((*CANDIDATES, THIRD_LABEL))}")
+        reasons.append(f"choice {_shown(choice)} is not one of {', '.join((*CANDIDATES, THIRD_LABEL))}")
     if reasons or row is None:
         return reasons
     offered = row.get(f"{choice}_label") if choice in CANDIDATES else None

@@ -284,6 +284,8 @@ COLUMNS: dict[str, str] = {
     "item_id": "The labelled item: claim id and source (thread or manuscript), as claim_id:source.",
     "source_material": "What the labellers saw as evidence (author responses or manuscript text); the fuller one when "
                        "they saw different amounts.",
+    "passage_chunks": "What the passage tags annotators read stand for: P<n> is the n-th entry (a chunk id, or a "
+                      "labeller's garbled mention of one as written); tags replace chunk ids, which name the forum.",
     "candidate_1_label": "The label of the answer shown first (which labeller gave it is in arbitration_key only).",
     "candidate_1_justification": "The justification of the answer shown first.",
     "candidate_1_evidence": "The evidence quotes of the answer shown first.",
@@ -349,6 +351,9 @@ TABLE_COLUMNS: dict[tuple[str, str], str] = {
     ("labeller_agreement", "source"): "thread, manuscript, or all (both sources pooled).",
     ("labeller_agreement", "claim_type"): "factual, subjective, untyped (no usable type), or all.",
     ("arbitration_queue", "source"): "What the claim is judged against: thread (author responses) or manuscript.",
+    ("arbitration_queue", "source_material"): "What the labellers saw as evidence (author responses or manuscript "
+                                               "text; the fuller one when they saw different amounts), its passages "
+                                               "tagged P1, P2, ... (see passage_chunks).",
     ("arbitration_queue", "reason"): "Why a human is needed: disagree (two different labels) or parse_failed.",
     ("arbitration_key", "queue_version"): "The arbitration_queue version this key belongs to.",
     ("canonical_labels", "source"): "What the claim is judged against: thread (author responses) or manuscript.",

@@ -21,6 +21,7 @@ import hashlib
 import io
 import json
 import re
+import reprlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,7 +48,7 @@ from peerify_dagster.domain.labels import LABELS, NOT_DETERMINED, SUPPORTED
 from peerify_dagster.domain.llm_calls import canonical_json, parse_answer
 from peerify_dagster.domain.records import json_lines, jsonl_bytes
 from peerify_dagster.domain.release_lineage import environment, installed_lock
-from peerify_dagster.domain.slices import SLICE_COLUMNS, SLICE_SCHEMA, SLICES
+from peerify_dagster.domain.slices import SLICE_COLUMNS, SLICE_SCHEMA, SLICES, SliceConfig, SliceConfigError
 
 FORMAT = "peerify-label-release/1"
 MANIFEST, DATASHEET, CALLS, DECISIONS = "manifest.json", "DATASHEET.md", "calls.parquet", "decisions.jsonl"
@@ -129,6 +130,102 @@ def seal_manifest(manifest: Mapping[str, Any]) -> bytes:
     """The manifest's bytes, with the hash of its own body added."""
     sealed = {**manifest, SELF_HASH: manifest_body_hash(manifest)}
     return (json.dumps(sealed, ensure_ascii=False, indent=1, sort_keys=True) + "\n").encode("utf-8")
+
+
+class ManifestError(ReleaseError):
+    """A sealed manifest that is not shaped as a release manifest: `key` (a path such as `venues[0].seed`) and why.
+    Its hash checks out, so it is no tampering to report but no release either: its readers cannot use it."""
+
+    def __init__(self, key: str, reason: str) -> None:
+        self.key, self.reason = key, reason
+        super().__init__(f"key `{key}`: {reason}")
+
+
+# A shape checks the value at a key of the manifest and raises ManifestError naming the key; every key the readers of
+# a release (verify, rebuild, diff, the metadata files) use is checked here, so they can index it without a guard.
+Shape = Callable[[Any, str], None]
+
+
+def _kind(expected: str, accepts: Callable[[Any], bool]) -> Shape:
+    def check(value: Any, key: str) -> None:
+        if not accepts(value):
+            raise ManifestError(key, f"{expected} expected, got {reprlib.repr(value)}")
+    return check
+
+
+_TEXT = _kind("a string", lambda v: isinstance(v, str))
+_INTEGER = _kind("an integer", lambda v: isinstance(v, int) and not isinstance(v, bool))
+_COUNT = _kind("a non-negative integer", lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0)
+
+
+def _optional(shape: Shape) -> Shape:
+    return lambda value, key: None if value is None else shape(value, key)
+
+
+def _list_of(shape: Shape) -> Shape:
+    def check(value: Any, key: str) -> None:
+        if not isinstance(value, list):
+            raise ManifestError(key, f"a list expected, got {reprlib.repr(value)}")
+        for index, item in enumerate(value):
+            shape(item, f"{key}[{index}]")
+    return check
+
+
+def _map_of(shape: Shape) -> Shape:
+    def check(value: Any, key: str) -> None:
+        if not isinstance(value, dict):
+            raise ManifestError(key, f"an object expected, got {reprlib.repr(value)}")
+        for name, item in value.items():
+            shape(item, f"{key}[{name!r}]")
+    return check
+
+
+def _record(required: Mapping[str, Shape], optional: Mapping[str, Shape] | None = None) -> Shape:
+    """An object with the `required` keys (and the `optional` ones when present); other keys are left to others."""
+    def check(value: Any, key: str) -> None:
+        if not isinstance(value, dict):
+            raise ManifestError(key, f"an object expected, got {reprlib.repr(value)}")
+        for name, shape in {**required, **(optional or {})}.items():
+            at = f"{key}.{name}" if key else name
+            if name in value:
+                shape(value[name], at)
+            elif name in required:
+                raise ManifestError(at, "missing")
+    return check
+
+
+def _slice_options(value: Any, key: str) -> None:
+    try:
+        SliceConfig.from_mapping(value)
+    except SliceConfigError as exc:
+        raise ManifestError(key, str(exc)) from None
+
+
+_PER_SLICE = _record({name: _COUNT for name in SLICES})
+_MANIFEST_SHAPE = _record({
+    "format": _TEXT, "version": _TEXT, "created_at": _TEXT,
+    "venues": _list_of(_record(
+        {"venue": _TEXT, "openreview_id": _TEXT, "source": _TEXT, "seed": _INTEGER, "sample_size": _optional(_COUNT),
+         "licence": _TEXT, "licence_url": _optional(_TEXT), "source_description": _TEXT, "rows": _PER_SLICE},
+        {"citation": _optional(_TEXT), "slices": _slice_options})),
+    "seeds": _map_of(_INTEGER),
+    "slices": _record({name: _record({"rows": _COUNT, "labels": _record({label: _COUNT for label in LABELS})})
+                       for name in SLICES}),
+    "files": _map_of(_record({"sha256": _TEXT, "bytes": _COUNT}, {"rows": _optional(_COUNT)})),
+    "models": _map_of(_record({"backend": _TEXT, "model_id": _TEXT, "roles": _list_of(_TEXT), "calls": _COUNT})),
+    "prompts": _map_of(_record({"hashes": _list_of(_TEXT)})),
+    "arbitration": _map_of(_map_of(_COUNT)),  # venue -> source:provenance -> labels
+    "left_out": _map_of(_map_of(_map_of(_COUNT))),  # venue -> slice -> reason -> claims
+})
+
+
+def check_manifest_shape(manifest: Mapping[str, Any]) -> None:
+    """ManifestError naming the first key of `manifest` that is missing or of the wrong type (a venue without its
+    seed included)."""
+    _MANIFEST_SHAPE(manifest, "")
+    for index, venue in enumerate(manifest["venues"]):
+        if venue["venue"] not in manifest["seeds"]:
+            raise ManifestError(f"seeds[{venue['venue']!r}]", f"missing: `venues[{index}]` names the venue")
 
 
 def provenance_links(frame: pl.DataFrame) -> tuple[list[str], list[str]]:
@@ -269,9 +366,7 @@ reproduces every label from `calls.parquet` and `decisions.jsonl` without an API
 
 # -- verification -----------------------------------------------------------------------------------------------------
 def _file_problems(folder: Path, manifest: Mapping[str, Any]) -> list[str]:
-    listed = manifest.get("files")
-    if not isinstance(listed, Mapping):
-        return [f"{MANIFEST}: no `files` table"]
+    listed = manifest["files"]
     on_disk = {path.name for path in folder.iterdir()}
     problems = [f"{name}: extra file, not in the manifest" for name in sorted(on_disk - set(listed) - {MANIFEST})]
     problems += [f"{name}: missing (the manifest lists it)" for name in listed if name not in on_disk]
@@ -303,24 +398,20 @@ def _first_difference(found: Any, expected: Any, at: str = "") -> str:
 def metadata_problems(folder: Path, manifest: Mapping[str, Any]) -> list[str]:
     """The datasheet, dataset card and Croissant metadata on disk that are not what the manifest and the files it
     lists give (an edit resealed into the manifest, or a file that does not read), named with where they differ."""
-    listed = manifest.get("files") if isinstance(manifest.get("files"), Mapping) else {}
+    listed = manifest["files"]
     entries = {name: listed[name] for name in data_files() if name not in METADATA_FILES and name in listed}
     if len(entries) + len(METADATA_FILES) < len(data_files()):
         return []  # a file the manifest does not list: reported already, nothing to rebuild the metadata from
     body = {k: v for k, v in manifest.items() if k not in ("files", SELF_HASH)}
-    try:
-        expected = metadata_files(body, entries)
-    except (KeyError, TypeError) as exc:
-        return [f"{MANIFEST}: cannot make the release metadata from it ({exc!r} missing or malformed)"]
     problems = []
-    for name, wanted in expected.items():
+    for name, wanted in metadata_files(body, entries).items():
         path = folder / name
         if not path.is_file() or (found := path.read_bytes()) == wanted:
             continue
         if name == CROISSANT:
             try:
                 found_json = json.loads(found)
-            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            except (ValueError, RecursionError) as exc:
                 problems.append(f"{name}: not JSON ({exc})")
                 continue
             where = _first_difference(found_json, json.loads(wanted))
@@ -396,14 +487,21 @@ def read_manifest(folder: Path) -> tuple[dict | None, list[str]]:
         return None, [f"{MANIFEST}: missing"]
     try:
         manifest = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+    except (ValueError, RecursionError) as exc:  # not UTF-8, not JSON, a number past int()'s digits, too deep
         return None, [f"{MANIFEST}: not JSON ({exc})"]
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         return None, [f"{MANIFEST}: not a {FORMAT} manifest"]
+    problems = []
     if manifest.get(SELF_HASH) != manifest_body_hash(manifest):
-        return manifest, [f"{MANIFEST}: edited after release (its body hashes to {manifest_body_hash(manifest)}, "
-                          f"it records {manifest.get(SELF_HASH)})"]
-    return manifest, []
+        problems.append(f"{MANIFEST}: edited after release (its body hashes to {manifest_body_hash(manifest)}, "
+                        f"it records {manifest.get(SELF_HASH)})")
+    try:
+        check_manifest_shape(manifest)
+    except ManifestError:
+        if problems:  # an edit that broke its shape: the edit is what to report, and nothing more can be read
+            return None, problems
+        raise
+    return manifest, problems
 
 
 def read_release(folder: Path, ledger_schema: pa.Schema) -> tuple[ReleaseContents | None, list[str]]:
@@ -549,12 +647,13 @@ class Rebuilt:
     unreproduced: list[Unreproduced]
 
 
-def rebuild(rows: pl.DataFrame, replayed: Mapping[str, Replayed], seeds: Mapping[str, int],
-            arbitration: Mapping[str, Mapping[str, Any]], audit_decisions: Mapping[str, Mapping[str, Any]]) -> Rebuilt:
+def rebuild(rows: pl.DataFrame, replayed: Mapping[str, Replayed], arbitration: Mapping[str, Mapping[str, Any]],
+            audit_decisions: Mapping[str, Mapping[str, Any]]) -> Rebuilt:
     """Every released row's gold label, provenance, call ids and decision ids rebuilt from the replayed calls and the
     released decisions, as the pipeline derives them: the labels stage's reading of each labeller answer, the
-    arbitration queue and canonical-label rule (domain/arbitration.py) with the venue's seed and the current
-    arbitration decisions (`arbitration`: venue -> item_id -> decision), HighAgreement as both canonical labels
+    arbitration queue and canonical-label rule (domain/arbitration.py) with the current arbitration decisions
+    (`arbitration`: venue -> item_id -> decision; the candidates in the order those decisions imply, as the venue's
+    secret order is not released: arbitration.decided_order), HighAgreement as both canonical labels
     agreeing, PaperSourced as Supported by construction (its calls must replay), HumanVerified as the audit consensus
     (domain/audit.py) of the decisions its row names (`audit_decisions`: venue -> decision_id -> decision).
     Every row that comes out different is listed with the reason."""
@@ -565,8 +664,9 @@ def rebuild(rows: pl.DataFrame, replayed: Mapping[str, Replayed], seeds: Mapping
         label_rows = [r for item in items.values() for r in _labeller_rows(item, item["calls"])]
         texts = {item["claim_id"]: item["claim_text"] for item in items.values()}
         types = {item["claim_id"]: item["claim_type"] for item in items.values()}
-        queue = arb.build_queue(venue, seeds[venue], label_rows, texts, types)
-        result = arb.canonical_labels(venue, label_rows, queue.rows, queue.key, arbitration.get(venue, {}))
+        decided = arbitration.get(venue, {})
+        queue = arb.build_queue(venue, arb.decided_order(label_rows, decided), label_rows, texts, types)
+        result = arb.canonical_labels(venue, label_rows, queue.rows, queue.key, decided)
         canonical.update({(venue, row["item_id"]): row for row in result.rows})
     rebuilt_rows = []
     for row in rows.iter_rows(named=True):

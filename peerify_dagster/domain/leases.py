@@ -5,8 +5,10 @@ when a lease runs out, which item an annotator is offered next. No file system, 
 Rules:
 - only the modes where one decision settles an item are leased (arbitration, consensus); in the audit every item is
   each annotator's own to label, so nothing there is withheld from anyone;
-- a lease lasts `DEFAULT_LEASE` from its last renewal (showing the item again, or a key pressed on it) and is gone
-  once it expires, or when its holder decides the item, moves to another item or leaves;
+- a lease lasts `DEFAULT_LEASE` from its last renewal (showing the item again, or a key pressed on it) and withholds
+  nothing once it expires; it is gone when its holder decides the item, moves to another item or leaves, or when
+  another annotator takes the item (their lease then names whose lease had run out, `taken_from`, so a refusal can
+  tell that annotator the truth: their lease ran out, rather than that someone else held the item all along);
 - an annotator holds at most one lease per mode: taking one gives up the previous;
 - the item offered next is the one the annotator already holds (a reload shows the same item), else the first open
   item, in queue order after `after` (wrapping round), that no one else holds.
@@ -36,6 +38,7 @@ class Lease:
     item_id: str  # the queue's own item id (claim_id:source): leases live in the lake, never shown to annotators
     annotator: str
     expires_at: datetime  # timezone-aware
+    taken_from: str | None = None  # the annotator whose lease on the item had run out when this one was taken
 
     def live(self, now: datetime) -> bool:
         return self.expires_at > now
@@ -78,26 +81,33 @@ def next_free(open_item_ids: Sequence[str], leases: Iterable[Lease], mode: str, 
 
 def take(leases: Iterable[Lease], mode: str, item_id: str, annotator: str, now: datetime,
          duration: timedelta = DEFAULT_LEASE) -> list[Lease]:
-    """The leases after `annotator` takes (or renews) the item: expired leases and the annotator's other lease in
-    this mode are dropped. LeaseHeld when another annotator holds the item."""
+    """The leases after `annotator` takes (or renews) the item: the annotator's other lease in this mode and any
+    expired lease on the item are dropped (the new lease names the other annotator whose lease ran out). Another
+    annotator's expired lease on another item is kept until they move on. LeaseHeld when another annotator holds the
+    item."""
     if mode not in LEASED_MODES:
         raise ValueError(f"mode {mode!r} is not leased (leased modes: {', '.join(LEASED_MODES)})")
+    leases = list(leases)
     current = holder(leases, mode, item_id, now)
     if current is not None and current.annotator != annotator:
         raise LeaseHeld(item_id, current.annotator, current.expires_at)
-    kept = [lease for lease in live_leases(leases, now) if (lease.mode, lease.annotator) != (mode, annotator)]
-    return [*kept, Lease(mode, item_id, annotator, now + duration)]
+    on_item = [lease for lease in leases if (lease.mode, lease.item_id) == (mode, item_id)]
+    ran_out = next((lease.annotator for lease in on_item if lease.annotator != annotator), None)
+    taken_from = current.taken_from if current is not None else ran_out
+    kept = [lease for lease in leases if (lease.mode, lease.annotator) != (mode, annotator) and lease not in on_item]
+    return [*kept, Lease(mode, item_id, annotator, now + duration, taken_from)]
 
 
-def release(leases: Iterable[Lease], mode: str, annotator: str, now: datetime) -> list[Lease]:
-    """The live leases without the annotator's lease in this mode."""
-    return [lease for lease in live_leases(leases, now) if (lease.mode, lease.annotator) != (mode, annotator)]
+def release(leases: Iterable[Lease], mode: str, annotator: str) -> list[Lease]:
+    """The leases without the annotator's lease in this mode."""
+    return [lease for lease in leases if (lease.mode, lease.annotator) != (mode, annotator)]
 
 
 # -- stored form ------------------------------------------------------------------------------------------------
 def to_records(leases: Iterable[Lease]) -> list[dict]:
     return [{"mode": lease.mode, "item_id": lease.item_id, "annotator": lease.annotator,
-             "expires_at": lease.expires_at.isoformat(timespec="microseconds")} for lease in leases]
+             "expires_at": lease.expires_at.isoformat(timespec="microseconds"), "taken_from": lease.taken_from}
+            for lease in leases]
 
 
 def from_records(records: object) -> list[Lease]:
@@ -116,5 +126,7 @@ def from_records(records: object) -> list[Lease]:
         if expires_at.utcoffset() is None or not all(isinstance(record.get(name), str) and record[name]
                                                      for name in ("item_id", "annotator")):
             continue
-        leases.append(Lease(record["mode"], record["item_id"], record["annotator"], expires_at))
+        taken_from = record.get("taken_from")
+        leases.append(Lease(record["mode"], record["item_id"], record["annotator"], expires_at,
+                            taken_from if isinstance(taken_from, str) else None))
     return leases

@@ -28,6 +28,7 @@ import yaml
 
 from peerify_dagster.domain.labelling import THREAD_PROMPT
 from peerify_dagster.domain.prompts import format_passages
+from peerify_dagster.domain.records import RecordError, decoded
 from peerify_dagster.domain.retrieval import RETRIEVER_CONFIGS
 from peerify_dagster.domain.venues import UPLOAD_KEY_PREFIX
 
@@ -154,17 +155,22 @@ def load_configurations(path: Path, models: Collection[str], roles: Collection[s
     """Read and check the configuration file against the known models (models.yaml), roles and retrievers; the first
     problem raises ConfigurationError naming the file and the configuration."""
     try:
-        raw = yaml.safe_load(Path(path).read_text())
+        raw = yaml.safe_load(decoded(Path(path).read_bytes(), str(path)))
     except OSError as error:
         raise ConfigurationError(f"configuration file {path} cannot be read ({error.strerror or error})") from None
-    except yaml.YAMLError as error:
-        raise ConfigurationError(f"configuration file {path}: not valid YAML ({error})") from None
+    except RecordError as error:  # not UTF-8: `file:line: reason`
+        raise ConfigurationError(f"configuration file {error}") from None
+    except (yaml.YAMLError, ValueError, RecursionError) as error:  # also a number past int()'s digits, deep nesting
+        raise ConfigurationError(f"configuration file {path}: not valid YAML ({' '.join(str(error).split())})") \
+            from None
     if not isinstance(raw, Mapping) or not isinstance(raw.get("configurations"), Mapping) \
             or not raw["configurations"]:
         raise ConfigurationError(f"configuration file {path}: expected a mapping `configurations:` of one or more "
                                  "named configurations")
     configurations = {str(name): _configuration(path, str(name), entry, models, roles, retrievers)
                       for name, entry in raw["configurations"].items()}
+    if not isinstance(raw.get("venues") or {}, Mapping):
+        raise ConfigurationError(f"{path}: venues: expected a mapping of venue -> configuration names")
     venue_defaults = {str(venue): _names(path, f"venues.{venue}", names, configurations)
                       for venue, names in (raw.get("venues") or {}).items()}
     release, other, upload = (_names(path, key, raw[key], configurations) if key in raw else None
@@ -175,7 +181,7 @@ def load_configurations(path: Path, models: Collection[str], roles: Collection[s
 def _names(path: Path, where: str, names: Any, configurations: Mapping[str, Configuration]) -> tuple[str, ...]:
     """A list of configuration names of the file (`venues.<venue>`, `release_venues`, `default_venues`,
     `upload_venues`), checked."""
-    if not isinstance(names, list) or not names:
+    if not isinstance(names, list) or not names or not all(isinstance(name, str) for name in names):
         raise ConfigurationError(f"{path}: {where}: expected a list of configuration names")
     unknown = [n for n in names if n not in configurations]
     if unknown:

@@ -8,7 +8,9 @@ ours reads back right even in a reader that does split on them.
 
 CSV is written with "\\r\\n" line ends, so every field holding a delimiter, a quote, \\r or \\n is quoted (the csv
 module quotes a field when it holds a character of the line terminator), and read without newline translation, so
-a quoted \\r stays an \\r; line numbers count "\\n" as the JSON lines' do.
+a quoted \\r stays an \\r; line numbers count "\\n" as the JSON lines' do. A CSV row must have the header's
+fields (a short row, a field beyond the header that holds something, or a file ending inside quotes is a file cut
+short or a delimiter outside quotes), so no cut or misaligned row is ever read as a shorter answer.
 """
 
 from __future__ import annotations
@@ -80,9 +82,22 @@ def json_lines(data: bytes) -> Iterator[JsonLine]:
             yield JsonLine(number, None, problem=_not_utf8(exc))
             continue
         try:
-            yield JsonLine(number, text, json.loads(text))
-        except json.JSONDecodeError as exc:
-            yield JsonLine(number, text, problem=f"not valid JSON ({exc.msg}, column {exc.colno})")
+            yield JsonLine(number, text, json_value(text))
+        except RecordError as exc:
+            yield JsonLine(number, text, problem=exc.reason)
+
+
+def json_value(text: str) -> Any:
+    """`text` parsed as JSON; RecordError with the line (when known) and the reason when it is not. json.loads
+    raises other errors than JSONDecodeError for some input (a number past int()'s digit limit, deep nesting)."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise RecordError(None, exc.lineno, f"not valid JSON ({exc.msg}, column {exc.colno})") from None
+    except ValueError:
+        raise RecordError(None, None, "not valid JSON (a number with more digits than can be read)") from None
+    except RecursionError:
+        raise RecordError(None, None, "not valid JSON (arrays or objects nested too deeply)") from None
 
 
 def _not_utf8(exc: UnicodeDecodeError, column_offset: int = 0) -> str:
@@ -110,13 +125,45 @@ def csv_text(columns: Sequence[str], records: Iterable[Mapping[str, Any]]) -> st
 
 
 def csv_records(text: str) -> Iterator[tuple[int, dict[str, str]]]:
-    """(line number where the row starts, {column: value}) per row after the header line; fields beyond the header
-    are dropped. A row the csv module cannot read is RecordError with its line."""
-    reader = csv.DictReader(io.StringIO(text, newline="\n"))  # lines end at "\n" only, as the line numbers count
-    start = 2  # line 1 is the header
+    """(line number where the row starts, {column: value}) per row after the header line; empty fields beyond the
+    header (a spreadsheet's trailing delimiters) are dropped. A row that is not one of the header's fields is
+    RecordError with the line it starts on."""
+    # The whole text is in memory already: the csv module's field size limit (128 KiB, a guard for streamed input)
+    # would only refuse a long field of our own export (a whole manuscript as source material). It is process-wide,
+    # so it is only ever raised.
+    csv.field_size_limit(max(csv.field_size_limit(), len(text) + 1))
+    # Lines end at "\n" only, as the line numbers count; strict: a file ending inside quotes is an error.
+    reader = csv.reader(io.StringIO(text, newline="\n"), strict=True)
+    start = 1
     try:
-        for record in reader:
-            yield start, {name: value for name, value in record.items() if name is not None}
-            start = reader.line_num + 1  # a quoted field may span lines: the next row starts after this one
+        header = next(reader, [])
+        if not header and text.strip():
+            raise RecordError(None, 1, "the first line is empty; it must be the header (the column names)")
+        twice = sorted({name for name in header if name and header.count(name) > 1})
+        if twice:
+            raise RecordError(None, 1, f"column(s) {', '.join(map(repr, twice))} appear more than once in the header")
+        start = reader.line_num + 1  # a quoted field may span lines: a row starts after the previous one's last
+        for row in reader:
+            if row:  # a blank line is no row
+                yield start, _csv_record(header, row, start)
+            start = reader.line_num + 1
     except csv.Error as exc:
-        raise RecordError(None, reader.line_num, f"not readable as CSV ({exc})") from None
+        raise RecordError(None, start, _csv_problem(str(exc))) from None
+
+
+def _csv_record(header: list[str], row: list[str], line: int) -> dict[str, str]:
+    if len(row) < len(header):
+        raise RecordError(None, line, f"{len(row)} field(s) where the header has {len(header)}: the row is cut short")
+    beyond = [value for value in row[len(header):] if value]
+    if beyond:
+        raise RecordError(None, line, f"{len(row)} fields where the header has {len(header)} (a delimiter outside "
+                                      f"quotes?); beyond the header: {beyond[0][:40]!r}")
+    return dict(zip(header, row))
+
+
+def _csv_problem(message: str) -> str:
+    if message == "unexpected end of data":
+        return "the file ends inside a quoted field of the row starting here: it is cut short, or a quote is missing"
+    if message.startswith("new-line character seen in unquoted field"):
+        return "a line break (\\r) outside quotes inside a row: save the file with \\r\\n or \\n line ends"
+    return f"not readable as CSV ({message})"

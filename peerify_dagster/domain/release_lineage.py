@@ -19,7 +19,9 @@ def code_versions(manifest: Mapping[str, Any]) -> dict[str, str]:
     found: dict[str, set[str]] = {}
     for entry in manifest.get("upstream") or []:
         if isinstance(entry, Mapping) and isinstance(entry.get("asset"), str):
-            found.setdefault(entry["asset"], set()).add(entry.get("code_version") or NOT_RECORDED)
+            version = entry.get("code_version")
+            found.setdefault(entry["asset"], set()).add(version if isinstance(version, str) and version
+                                                        else NOT_RECORDED)
     return {asset: ", ".join(sorted(versions)) for asset, versions in sorted(found.items())}
 
 
@@ -34,7 +36,7 @@ def installed_lock(recorded: Mapping[str, Any] | None) -> str:
         return f"{NOT_RECORDED} (a release made before environments were recorded)"
     name = recorded.get("installed_from")
     locks = recorded.get("locks") if isinstance(recorded.get("locks"), Mapping) else {}
-    if not name:
+    if not name or not isinstance(name, str):
         return "none: the environment matched no lock file (installed otherwise)"
     return f"{name} (sha256 {str(locks.get(name, '?'))[:16]})"
 

@@ -12,6 +12,11 @@ of them, or `{"reviews": [...], "responses": [...]}`; any other file is the text
 OpenReview's fields (`Summary: ...` paragraphs, as `reviews.review_text` assembles them) keeps those fields, so the
 extractor sees each section on its own as for a crawled review (the same calls, answered by the same ledger rows);
 any other text is the review's one `review` field.
+
+Limits, the same for `peerify verify` and the web form, checked before anything is registered: the upload limit
+(`max_pdf_bytes`, PEERIFY_MAX_PDF_MB; the web app's request cap is `max_request_bytes` of it) and a review section's
+length (`ReviewLimit`: what the configured extractor's context window leaves for it); a review with no letter or digit
+is empty.
 """
 
 from __future__ import annotations
@@ -30,13 +35,18 @@ from pypdf import PdfReader
 from pypdf.errors import PdfReadError
 
 from peerify_dagster.domain.citations.options import CitationOptions
-from peerify_dagster.domain.claims import NON_TEXT_FIELDS, split_review_text
+from peerify_dagster.domain.claims import NON_TEXT_FIELDS, ReviewSection, section_prompt_text, split_review_text
 from peerify_dagster.domain.forum_tables import REVIEW_TEXT_FIELDS
+from peerify_dagster.domain.llm_stages import EXTRACTION, STAGES_BY_NAME
 from peerify_dagster.domain.pdfs import PdfInfo, PdfProblem, inspect_pdf
+from peerify_dagster.domain.predictions import CHARS_PER_TOKEN, estimated_tokens, prompt_window
+from peerify_dagster.domain.prompts import load_prompt
 from peerify_dagster.domain.venues import UPLOAD_KEY_PREFIX
 
 DEFAULT_MAX_PDF_MB = 50
-MAX_PDF_MB_ENV = "PEERIFY_MAX_PDF_MB"
+MAX_PDF_MB_ENV = "PEERIFY_MAX_PDF_MB"  # the one upload limit: the web app's request limit is derived from it
+TEXT_FIELDS_BYTES = 4 * 2**20  # what the web form may carry beside the PDF: the review and the response
+EXTRACTOR_ROLE = "extractor"
 # The phases of a verification, and the progress percent at which each starts (the predictions share their span).
 REGISTERING, PARSING, EXTRACTING, RETRIEVAL, PREDICTING, WRITING = (
     "registering", "parsing the manuscript", "extracting claims", "retrieval", "predicting", "writing the result")
@@ -52,6 +62,8 @@ RESPONSE_FIELD = "comment"  # an author response's text, as in an OpenReview Off
 REBUTTAL_FIELD = "rebuttal"  # a NeurIPS-style `-/Rebuttal` note's text
 # Ids that may name a file or a note: an OpenReview forum or note id (letters, digits, `_`, `-`).
 NOTE_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+# A letter or a digit: a text without one (spaces, NULs, control characters, punctuation) gives the extractor nothing.
+_WORD_CHARACTER = re.compile(r"[^\W_]")
 _REVIEWER = re.compile(r"^Reviewer_[A-Za-z0-9_]+$")
 _SCHEMA_VERSION = 1  # part of every key: a change of what the snapshot holds makes new venues, never a mixed one
 PAPER = "@paper"  # a response's replyto when it answers the paper itself (never a note id: NOTE_ID has no "@")
@@ -59,6 +71,10 @@ PAPER = "@paper"  # a response's replyto when it answers the paper itself (never
 
 class UploadError(ValueError):
     """An input `peerify verify` refuses; the message is one line naming the file (or forum) and the reason."""
+
+
+class UploadTooLarge(UploadError):
+    """An input over the upload limit (the web app answers it 413)."""
 
 
 @dataclass(frozen=True)
@@ -117,7 +133,7 @@ def check_pdf(name: str, data: bytes, max_bytes: int) -> PdfInfo:
     """The PDF's facts, or UploadError when it is over the size limit, not a PDF (magic bytes, a whole file pypdf
     opens), encrypted or without a page: nothing runs on a file that cannot be parsed."""
     if len(data) > max_bytes:
-        raise UploadError(f"{name}: {size_text(len(data))} is over the upload limit of {size_text(max_bytes)}")
+        raise UploadTooLarge(over_upload_limit(f"{name}: {size_text(len(data))}", max_bytes))
     try:
         info = inspect_pdf(data, name)
     except PdfProblem as problem:
@@ -134,6 +150,16 @@ def size_text(size: int) -> str:
     return f"{size / 2**20:.1f} MB" if size >= 2**20 else f"{max(1, round(size / 2**10))} KB"
 
 
+def over_upload_limit(what: str, max_pdf_bytes: int) -> str:
+    """The refusal of anything over the upload limit (a PDF, a request to the web app), worded once."""
+    return f"{what} is over the upload limit of {size_text(max_pdf_bytes)} ({MAX_PDF_MB_ENV})"
+
+
+def max_request_bytes(max_pdf_bytes: int) -> int:
+    """The web app's limit on a request body: one PDF at the upload limit and the review and response beside it."""
+    return max_pdf_bytes + TEXT_FIELDS_BYTES
+
+
 def pdf_title(data: bytes) -> str | None:
     """The title the PDF's metadata gives, if any."""
     try:
@@ -141,6 +167,11 @@ def pdf_title(data: bytes) -> str | None:
     except (PdfReadError, ValueError, KeyError, TypeError):
         return None
     return " ".join(str(title).split()) or None if title else None
+
+
+def upload_title(pdf: bytes, pdf_name: str) -> str | None:
+    """An uploaded paper's title: its PDF's metadata title, else its file name's stem."""
+    return pdf_title(pdf) or PurePath(pdf_name).stem or None
 
 
 def _text(name: str, data: bytes) -> str:
@@ -172,8 +203,12 @@ def _unwrapped(content: Mapping[str, Any]) -> dict[str, Any]:
     return {str(name): value.get("value") if isinstance(value, Mapping) else value for name, value in content.items()}
 
 
+def _has_words(text: str) -> bool:
+    return _WORD_CHARACTER.search(text) is not None
+
+
 def _prose(fields: Mapping[str, Any]) -> bool:
-    return any(isinstance(value, str) and value.strip() for name, value in fields.items()
+    return any(isinstance(value, str) and _has_words(value) for name, value in fields.items()
                if name not in NON_TEXT_FIELDS)
 
 
@@ -185,7 +220,8 @@ def _note_text(where: str, note: Any, response: bool) -> UploadedText:
         raise UploadError(f"{where}: expected a note with a `content` mapping of its fields")
     fields = _unwrapped(note["content"])
     if not _prose(fields):
-        raise UploadError(f"{where}: the {'response' if response else 'review'} is empty (no text in any field)")
+        raise UploadError(f"{where}: the {'response' if response else 'review'} is empty (no letter or digit in any "
+                          "field)")
     note_id = note.get("id") if isinstance(note.get("id"), str) and NOTE_ID.match(note["id"]) else None
     signer = next((str(s).rsplit("/", 1)[-1] for s in note.get("signatures") or [] if isinstance(s, str)), None)
     replyto = note.get("replyto") if response and isinstance(note.get("replyto"), str) else None
@@ -199,8 +235,8 @@ def read_reviews(name: str, data: bytes) -> tuple[list[UploadedText], list[Uploa
     """The reviews (and, from a `{"reviews", "responses"}` file, the responses) of one review file."""
     if PurePath(name).suffix.lower() != ".json":
         text = _text(name, data)
-        if not text.strip():
-            raise UploadError(f"{name}: the review is empty")
+        if not _has_words(text):
+            raise UploadError(f"{name}: the review is empty (no letter or digit)")
         return [UploadedText(fields=review_fields(text))], []
     value = _json(name, data)
     responses: list[Any] = []
@@ -220,14 +256,59 @@ def read_responses(name: str, data: bytes) -> list[UploadedText]:
     """The author responses of one response file: JSON notes (one or a list), else the text of one response."""
     if PurePath(name).suffix.lower() != ".json":
         text = _text(name, data)
-        if not text.strip():
-            raise UploadError(f"{name}: the response is empty")
+        if not _has_words(text):
+            raise UploadError(f"{name}: the response is empty (no letter or digit)")
         return [UploadedText(fields={RESPONSE_FIELD: text.strip()})]
     value = _json(name, data)
     notes = value if isinstance(value, list) else [value]
     if not notes:
         raise UploadError(f"{name}: no response in the file")
     return [_note_text(f"{name}: response {i + 1}", note, True) for i, note in enumerate(notes)]
+
+
+@dataclass(frozen=True)
+class ReviewLimit:
+    """How long one review section may be: the extractor reads each section in one call, so a section must fit the
+    configured extractor's context window beside the prompt and the answer. Counted without the model's tokenizer
+    (no served model exposes it) at CHARS_PER_TOKEN characters a token, as a manuscript's fit is: an over-count for
+    English text, so a section that passes fits."""
+
+    model: str
+    max_tokens: int
+
+    @property
+    def max_characters(self) -> int:
+        return self.max_tokens * CHARS_PER_TOKEN
+
+    def describe(self) -> str:
+        return (f"{self.max_tokens:,} tokens (about {self.max_characters:,} characters) per review section for "
+                f"extractor {self.model}")
+
+
+def extractor_review_limit(registry: Any) -> ReviewLimit:
+    """The review limit of the `extractor` role's model(s) in a ModelRegistry (the strictest, when it has several)."""
+    template = load_prompt(STAGES_BY_NAME[EXTRACTION].prompts[0])
+    limits = []
+    for name in registry.models_for_role(EXTRACTOR_ROLE):
+        spec = registry.model(name)
+        limits.append(ReviewLimit(name, prompt_window(spec.context_window, spec.decoding.get("max_tokens"),
+                                                      template.system + template.user)))
+    return min(limits, key=lambda limit: limit.max_tokens)
+
+
+def check_review_length(name: str, reviews: Sequence[UploadedText], limit: ReviewLimit) -> None:
+    """UploadError naming the review and its section when a section is longer than the extractor can read: its call
+    would fail only after the manuscript is parsed, and the review give no claim."""
+    for number, review in enumerate(reviews, start=1):
+        for field_name, value in review.fields.items():
+            if field_name in NON_TEXT_FIELDS or not isinstance(value, str):
+                continue
+            tokens = estimated_tokens(section_prompt_text(ReviewSection(field_name, value.strip(), None)))
+            if tokens > limit.max_tokens:
+                where = f"{name}: review {number}" if len(reviews) > 1 else name
+                raise UploadError(f"{where}: section {field_name!r} is about {tokens:,} tokens ({len(value):,} "
+                                  f"characters), over the limit of {limit.describe()}; shorten it, or split it into "
+                                  "OpenReview's labelled sections (Summary:, Weaknesses:, ...), each read on its own")
 
 
 def check_forum_id(forum_id: str) -> str:
@@ -265,7 +346,7 @@ def upload_snapshot(key: str, upload: Upload, created_ms: int, paper_id: str | N
     forum_id = check_forum_id(paper_id) if paper_id else hashlib.sha256(upload.pdf).hexdigest()[:10]
     pdf_name = PurePath(upload.pdf_name).name
     submission = _note(venue_id, forum_id, forum_id, None, 1, f"{venue_id}/-/Submission", f"{venue_id}/{paper}/Authors",
-                       created_ms, {"title": pdf_title(upload.pdf) or PurePath(pdf_name).stem or forum_id,
+                       created_ms, {"title": upload_title(upload.pdf, pdf_name) or forum_id,
                                     "pdf": f"/pdf/{hashlib.sha1(upload.pdf).hexdigest()}.pdf",  # noqa: S324 - a name
                                     "venueid": f"{venue_id}/Submission"})
     review_ids = _note_ids(key, "review", upload.reviews)
@@ -410,6 +491,19 @@ class ResultSummary:
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ResultSummary:
+        """The summary `as_dict` gave (result.json); KeyError or TypeError when the data is not one."""
+        def verdict(row: Mapping[str, Any]) -> Verdict:
+            return Verdict(**{**row, "passages": tuple(Passage(**{**passage, "regions": tuple(passage["regions"])})
+                                                       for passage in row["passages"])})
+
+        claims = tuple(ClaimResult(**{**claim, "verdicts": tuple(verdict(row) for row in claim["verdicts"])})
+                       for claim in data["claims"])
+        return cls(**{**data, "configurations": tuple(data["configurations"]), "claims": claims,
+                      "unused": tuple(UnusedSource(**row) for row in data["unused"]),
+                      "problems": tuple(data["problems"])})
 
 
 def claim_results(claims: Iterable[Mapping[str, Any]], claim_types: Iterable[Mapping[str, Any]],

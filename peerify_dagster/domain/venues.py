@@ -9,6 +9,7 @@ the tracked one); `load_registry` merges it into the repository's, so every read
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -17,6 +18,7 @@ import yaml
 from peerify_dagster.domain.chunking import ChunkingConfig, ChunkingConfigError
 from peerify_dagster.domain.citations.options import CitationOptions, CitationOptionsError
 from peerify_dagster.domain.labelling import LabellingConfig, LabellingConfigError
+from peerify_dagster.domain.records import RecordError, decoded
 from peerify_dagster.domain.sampling import SamplingConfig, SamplingConfigError
 from peerify_dagster.domain.shards import ShardCountError, check_shard_count
 from peerify_dagster.domain.slices import SliceConfig, SliceConfigError
@@ -120,7 +122,7 @@ def _venue_from_entry(key: str, entry: dict, sources: tuple[str, ...] = SOURCES)
     known = {f for f in Venue.__dataclass_fields__ if f != "key"}
     unknown = set(entry) - known
     if unknown:
-        raise RegistryError(f"venue {key!r}: unknown field(s) {', '.join(sorted(unknown))}; "
+        raise RegistryError(f"venue {key!r}: unknown field(s) {', '.join(sorted(map(str, unknown)))}; "
                             f"known: {', '.join(sorted(known))}")
     if entry.get("api_version") not in (None, 1, 2) or isinstance(entry.get("api_version"), bool):
         raise RegistryError(f"venue {key!r}: api_version must be 1, 2 or absent (detect), got {entry['api_version']!r}")
@@ -155,16 +157,30 @@ def load_registry(path: Path, uploads: Path | None = None) -> dict[str, Venue]:
 
 
 def _read_registry(path: Path, sources: tuple[str, ...]) -> dict[str, Venue]:
+    return _parse_registry(registry_text(path), path, sources)
+
+
+def registry_text(path: Path) -> str:
+    """The registry file's text; RegistryError naming the file when it is missing, a folder or not UTF-8."""
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        return decoded(path.read_bytes(), str(path))
     except FileNotFoundError:
         raise RegistryError(f"{path}: venue registry not found (PEERIFY_VENUES points elsewhere)") from None
+    except OSError as exc:  # a folder, no permission
+        raise RegistryError(f"{path}: venue registry cannot be read ({exc.strerror or exc})") from None
+    except RecordError as exc:  # not UTF-8: `file:line: reason` with the byte
+        raise RegistryError(str(exc)) from None
+
+
+def _parse_registry(text: str, path: Path, sources: tuple[str, ...] = SOURCES) -> dict[str, Venue]:
+    try:
+        data = yaml.safe_load(text) or {}
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f", line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         raise RegistryError(f"{path}{where}: not valid YAML: {exc.problem or exc.context}") from None
-    except yaml.YAMLError as exc:
-        raise RegistryError(f"{path}: not valid YAML: {exc}") from None
+    except (yaml.YAMLError, ValueError, RecursionError) as exc:  # also a number past int()'s digits, deep nesting
+        raise RegistryError(f"{path}: not valid YAML: {' '.join(str(exc).split()) or type(exc).__name__}") from None
     if not isinstance(data, dict) or not isinstance(data.get("venues") or {}, dict):
         raise RegistryError(f"{path}: 'venues' must be a mapping of venue key -> settings")
     try:
@@ -184,21 +200,53 @@ def missing_files(venue: Venue, registry_path: Path) -> list[str]:
 
 
 def add_venue(path: Path, venue: Venue, replace: bool = False) -> None:
-    """Append a venue to the registry file, refusing to overwrite an existing entry unless `replace` (then the old
-    entry's lines go, the rest of the file, comments included, stays as it was)."""
-    registry = load_registry(path) if path.exists() else {}
+    """Add a venue to the registry file (created when missing), refusing to overwrite an existing entry unless
+    `replace` (then the old entry's lines go). The rest of the file, comments included, stays as it was; a file whose
+    `venues:` cannot take the entry that way (a flow mapping `{...}`, an explicit null) is refused, untouched."""
+    text = registry_text(path) if path.exists() else ""
+    registry = _parse_registry(text, path)
     if venue.key in registry and not replace:
         raise RegistryError(f"venue {venue.key!r} is already registered")
     entry = _entry(venue)
-    _venue_from_entry(venue.key, entry)  # validate before touching the file
-    block = yaml.safe_dump({venue.key: entry}, sort_keys=False, default_flow_style=False)
-    indented = "".join(f"  {line}\n" for line in block.splitlines())
-    text = path.read_text() if path.exists() else "venues:\n"
+    added = _venue_from_entry(venue.key, entry)  # validate before touching the file
     if venue.key in registry:
         text = _without_entry(text, venue.key)
-    if not text.endswith("\n"):
-        text += "\n"
-    path.write_text(text + indented)
+    updated = _with_entry(text, venue.key, entry)
+    expected = {**{key: v for key, v in registry.items() if key != venue.key}, venue.key: added}
+    try:
+        registered = _parse_registry(updated, path)
+    except RegistryError:
+        registered = None
+    if registered != expected:
+        raise RegistryError(f"{path}: its `venues:` is not a block mapping that venue {venue.key!r} can be added to "
+                            "without rewriting the file; add the entry under `venues:` by hand")
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        temporary.write_text(updated, encoding="utf-8")
+        os.replace(temporary, path)  # a reader sees the old file or the new one, never half of it
+    except OSError as exc:
+        temporary.unlink(missing_ok=True)
+        raise RegistryError(f"{path}: venue registry cannot be written ({exc.strerror or exc})") from None
+
+
+def _with_entry(text: str, key: str, entry: dict) -> str:
+    """The registry text with the venue's entry added at the end of `venues:` (the key added when there is none),
+    indented as the entries already there are."""
+    block = yaml.safe_dump({key: entry}, sort_keys=False, default_flow_style=False).splitlines()
+    root = yaml.compose(text)
+    venues = next(((name, value) for name, value in root.value if name.value == "venues"), None) \
+        if isinstance(root, yaml.MappingNode) else None
+    lines = text.splitlines(keepends=True)
+    if lines and not lines[-1].endswith("\n"):
+        lines[-1] += "\n"
+    if venues is None:
+        return "".join(lines) + "venues:\n" + "".join(f"  {line}\n" for line in block)
+    name, value = venues
+    if isinstance(value, yaml.MappingNode) and value.value and not value.flow_style:
+        indent, end = value.value[0][0].start_mark.column, value.end_mark.line + (value.end_mark.column > 0)
+    else:  # `venues:` with nothing under it yet
+        indent, end = 2, name.end_mark.line + 1
+    return "".join(lines[:end] + [f"{' ' * indent}{line}\n" for line in block] + lines[end:])
 
 
 def _entry(venue: Venue) -> dict:

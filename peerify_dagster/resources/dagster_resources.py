@@ -170,14 +170,15 @@ class ParquetLakeIOManager(dg.ConfigurableIOManager):
 class DocumentParserResource(dg.ConfigurableResource):
     """Docling settings. With `artifacts_path` (or PEERIFY_DOCLING_ARTIFACTS) pointing at locally downloaded
     Docling models, the full layout pipeline is used; without, the model-free native pipeline plus the
-    project's own structure recovery."""
+    project's own structure recovery. Given a lake, the parser parses a PDF once per lake (its parse cache)."""
 
     artifacts_path: str | None = None
 
-    def parser(self):
+    def parser(self, lake: Lake | None = None):
         from peerify_dagster.resources.document_parser import DocumentParser
 
-        return DocumentParser(artifacts_path=self.artifacts_path or os.environ.get("PEERIFY_DOCLING_ARTIFACTS") or None)
+        return DocumentParser(artifacts_path=self.artifacts_path or os.environ.get("PEERIFY_DOCLING_ARTIFACTS") or None,
+                              cache_root=lake.root if lake is not None else None)
 
 
 class EmbeddingResource(dg.ConfigurableResource):

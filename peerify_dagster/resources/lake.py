@@ -334,20 +334,39 @@ class Lake:
             return
         report.views.append(table)
 
-    def query(self, sql: str, params: dict | None = None, refresh: bool = True,
-              wait_s: float = CATALOG_WAIT_S) -> tuple[list[str], list[tuple]]:
-        """Run read statements against the catalog (opened read-only, files outside the lake out of reach, waiting
-        up to `wait_s` for a writer to let go); returns (column names, rows) of the last statement. Raises
-        WriteStatementError for anything that writes, CatalogBusyError when a writer keeps the catalog."""
+    @contextmanager
+    def reader(self, refresh: bool = True, wait_s: float = CATALOG_WAIT_S,
+               settings: dict[str, str] | None = None) -> Iterator[duckdb.DuckDBPyConnection]:
+        """The catalog opened read-only for `run_read` (waiting up to `wait_s` for a writer to let go), files outside
+        the lake out of reach, DuckDB `settings` (memory_limit, temp_directory, ...) applied and all of it locked.
+        Raises CatalogBusyError when a writer keeps the catalog."""
         if refresh or not self.catalog_path.exists():
             self.refresh_catalog(wait_s=0)  # a reader holding the catalog blocks a refresh, not a query: go on
         with self._connect(read_only=True, wait_s=wait_s) as con:
-            check_read_only(con, sql)
+            for name, value in (settings or {}).items():
+                con.execute(f"set {name} = {_sql_string(value)}")
             # Only the folders of the catalog's views: a table without a view (arbitration_key) stays unreadable.
             folders = [_sql_string(f"{self.store.url(self.root)}/{table}/") for table in catalog_views()]
             con.execute(f"set allowed_directories = [{', '.join(folders)}]")
             con.execute("set enable_external_access = false")
             con.execute("set lock_configuration = true")
-            cursor = con.execute(sql, params)
-            columns = [d[0] for d in cursor.description] if cursor.description else []
-            return columns, cursor.fetchall()
+            yield con
+
+    def query(self, sql: str, params: dict | None = None, refresh: bool = True,
+              wait_s: float = CATALOG_WAIT_S) -> tuple[list[str], list[tuple]]:
+        """Run read statements against the catalog (`reader`); returns (column names, rows) of the last statement.
+        Raises WriteStatementError for anything that writes, CatalogBusyError when a writer keeps the catalog."""
+        with self.reader(refresh=refresh, wait_s=wait_s) as con:
+            cursor = run_read(con, sql, params)
+            return result_columns(cursor), cursor.fetchall()
+
+
+def run_read(con: duckdb.DuckDBPyConnection, sql: str, params: dict | None = None) -> duckdb.DuckDBPyConnection:
+    """Execute `sql` on a `Lake.reader` connection; its last statement's rows are streamed to whoever fetches them.
+    Raises WriteStatementError, before running anything, if any statement would write."""
+    check_read_only(con, sql)
+    return con.execute(sql, params)
+
+
+def result_columns(cursor: duckdb.DuckDBPyConnection) -> list[str]:
+    return [d[0] for d in cursor.description] if cursor.description else []

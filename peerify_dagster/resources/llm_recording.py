@@ -12,6 +12,7 @@ changed input makes the affected calls live again (`scripts/record_sample_llm_ca
 from __future__ import annotations
 
 import hashlib
+import io
 from collections.abc import Collection
 from pathlib import Path
 
@@ -29,9 +30,31 @@ class RecordingError(ValueError):
     """A recording file that cannot be installed; the message names the file and the reason."""
 
 
+def check_recording(recording: Path) -> pa.Schema:
+    """The recording's schema when it can be installed: a Parquet file with the llm_calls ledger's columns, in its
+    order and of its types; RecordingError naming the file and the first difference otherwise. A large_string column
+    where the ledger has string holds the same text (polars writes its strings so): accepted, installed as string.
+    Reads the file's footer only, so a build checks its venue's recording before any work."""
+    try:
+        schema = pq.read_schema(recording)
+    except OSError as error:  # missing, a folder, unreadable, or not Parquet
+        raise RecordingError(f"LLM recording {recording}: cannot be read as Parquet ({error})") from None
+    except pa.ArrowException as error:
+        raise RecordingError(f"LLM recording {recording}: not a Parquet file ({error})") from None
+    if schema.names != LEDGER_SCHEMA.names:
+        raise RecordingError(f"LLM recording {recording}: its columns {schema.names} are not the llm_calls ledger's "
+                             f"{LEDGER_SCHEMA.names}")
+    for field, expected in zip(schema, LEDGER_SCHEMA):
+        if field.type != expected.type and not (pa.types.is_large_string(field.type) and expected.type == pa.string()):
+            raise RecordingError(f"LLM recording {recording}: column {field.name} is {field.type}, the llm_calls "
+                                 f"ledger's is {expected.type}")
+    return schema
+
+
 def install_recording(lake_root: Path | Location | str, recording: Path) -> Location | None:
-    """Copy `recording` into the lake's ledger as a segment named by its content hash; None when it is there
-    already. Raises RecordingError when the file is missing or is not a ledger segment."""
+    """Copy `recording` into the lake's ledger as a segment named by its content hash (its columns cast to the
+    ledger's types where they are their large twins); None when it is there already. Raises RecordingError when the
+    file is missing or is not a ledger segment (check_recording)."""
     try:
         data = recording.read_bytes()
     except OSError as error:
@@ -40,12 +63,10 @@ def install_recording(lake_root: Path | Location | str, recording: Path) -> Loca
     target = store.root / "llm_calls" / f"{RECORDING_PREFIX}{hashlib.sha256(data).hexdigest()[:16]}.parquet"
     if target.exists():
         return None
-    try:
-        schema = pq.read_schema(recording)
-    except (OSError, pa.ArrowException) as error:
-        raise RecordingError(f"LLM recording {recording}: not a Parquet file ({error})") from None
-    if not schema.equals(LEDGER_SCHEMA, check_metadata=False):
-        raise RecordingError(f"LLM recording {recording}: its columns are not the llm_calls ledger's")
+    if not check_recording(recording).equals(LEDGER_SCHEMA, check_metadata=False):
+        sink = io.BytesIO()
+        pq.write_table(pq.read_table(io.BytesIO(data)).cast(LEDGER_SCHEMA), sink, compression="zstd")
+        data = sink.getvalue()
     store.write_bytes(target, data)
     return target
 

@@ -30,6 +30,7 @@ class Settings:
     lake_root: Path
     token: str | None
     dagster_url: str
+    max_pdf_bytes: int  # the upload limit (PEERIFY_MAX_PDF_MB, read once when the app is made)
     nav: tuple[tuple[str, str], ...]  # (label, path) of every route module's NAV, in ROUTE_MODULES order (an
     #                                     annotator's header shows only those of the annotator pages)
 

@@ -22,8 +22,8 @@ The gate is one ASGI middleware (`AccessGate`) inside Starlette's SessionMiddlew
 - every unsafe request (POST, PUT, PATCH, DELETE) must come from the app's own origin (an Origin header naming
   another is refused) and carry the session's CSRF token, in the form field `csrf_token` or the `X-CSRF-Token`
   header (htmx sends the header: `hx-headers` on <body>);
-- a request body over the app's limit is refused with 413 before it is read; routes can ask for a smaller limit
-  (`limited_body`).
+- a request body over the app's limit (derived from the upload limit: web/app.py) is refused with 413 before it is
+  read, or once it grows past the limit; routes can ask for a smaller limit (`limited_body`).
 """
 
 from __future__ import annotations
@@ -55,7 +55,6 @@ SIGN_IN_PATH = "/signin"
 STATIC_PREFIX = "/static/"
 WEB_DIR = "web"  # the web app's own folder in the lake: its session secret and its page-image cache
 SECRET_FILE = "session_secret"
-DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024  # above any upload a route accepts (each route sets its own, smaller one)
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 UNSAFE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 # The routes (by name) a signed-in annotator may open; every other route is the maintainer's (see the module doc).
@@ -244,12 +243,13 @@ HOST_MESSAGE = ("Host {host!r} is not this server's address: a loopback server a
 
 class AccessGate:
     """The ASGI middleware that applies the module's rules to every HTTP request (see the module doc). Runs inside
-    SessionMiddleware; `render_error(request, status, message)` makes the refusal page."""
+    SessionMiddleware; `render_error(request, status, message)` makes the refusal page; `too_large` is what a body
+    over `max_body_bytes` is told."""
 
     def __init__(self, app: ASGIApp, *, token: str | None, render_error: RenderError,
-                 allowed_hosts: frozenset[str] | None, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES):
+                 allowed_hosts: frozenset[str] | None, max_body_bytes: int, too_large: str):
         self.app, self.token, self.render_error = app, token, render_error
-        self.allowed_hosts, self.max_body_bytes = allowed_hosts, max_body_bytes
+        self.allowed_hosts, self.max_body_bytes, self.too_large = allowed_hosts, max_body_bytes, too_large
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -264,7 +264,7 @@ class AccessGate:
                 and token_matches(request.query_params.get(TOKEN_PARAMETER), self.token):
             request.session[_ACCESS] = _digest(self.token)
             if request.method in ("GET", "HEAD"):
-                await _redirect(_without_token(request.url), scope, receive, send)
+                await _redirect(without_token(request.url), scope, receive, send)
                 return
         elif self.token is not None and not has_access(request, self.token):
             if request.url.path != SIGN_IN_PATH and not request.url.path.startswith(STATIC_PREFIX):
@@ -289,7 +289,7 @@ class AccessGate:
             return
         body = await _read_body(receive, self.max_body_bytes)
         if body is None:
-            await self._refuse(request, 413, _too_large(self.max_body_bytes), scope, receive, send)
+            await self._refuse(request, 413, self.too_large, scope, receive, send)
             return
         replay = _replayer(body)
         if not await _csrf_ok(Request(scope, replay()), body):
@@ -307,7 +307,7 @@ class AccessGate:
                 return 403, CROSS_ORIGIN_MESSAGE.format(origin=origin)
             declared = request.headers.get("content-length")
             if declared is not None and declared.isdigit() and int(declared) > self.max_body_bytes:
-                return 413, _too_large(self.max_body_bytes)
+                return 413, self.too_large
         return None
 
     async def _refuse(self, request: Request, status: int, message: str, scope: Scope, receive: Receive,
@@ -358,16 +358,25 @@ async def _csrf_ok(request: Request, body: bytes) -> bool:
         if content_type.startswith("application/x-www-form-urlencoded"):
             given = (parse_qs(body.decode("latin-1")).get(CSRF_FIELD) or [None])[0]
         elif content_type.startswith("multipart/form-data"):
-            form = await request.form()
+            try:  # a part may be as large as the body the gate let through (a pasted review over Starlette's 1 MB)
+                form = await request.form(max_part_size=max(len(body), 1))
+            except HTTPException:  # Starlette's answer to a form it cannot read: it carries no token
+                return False
             value = form.get(CSRF_FIELD)
             given = value if isinstance(value, str) else None
             await form.close()
     return token_matches(given, expected)
 
 
-def _without_token(url: URL) -> str:
-    kept = [(k, v) for k, v in parse_qsl(url.query, keep_blank_values=True) if k != TOKEN_PARAMETER]
-    return url.path + (f"?{urlencode(kept)}" if kept else "")
+def without_token(url: URL) -> str:
+    """The URL's path and query without the access token."""
+    return url.path + query_without_token(url.query)
+
+
+def query_without_token(query: str) -> str:
+    """`?query` without the access token ("" when nothing is left)."""
+    kept = [(k, v) for k, v in parse_qsl(query, keep_blank_values=True) if k != TOKEN_PARAMETER]
+    return f"?{urlencode(kept)}" if kept else ""
 
 
 def _local_target(url: URL) -> str:

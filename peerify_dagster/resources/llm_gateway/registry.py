@@ -14,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from peerify_dagster.domain.records import RecordError, decoded
 from peerify_dagster.resources.llm_gateway.errors import ConfigurationError
 from peerify_dagster.resources.local_llm import LocalModelError, check_gguf_file, resolve_packaged_gguf
 
@@ -149,15 +150,18 @@ class ModelRegistry:
         path = Path(path or DEFAULT_MODELS_FILE)
         raw = _read_yaml(path)
         models: dict[str, ModelSpec] = {}
-        for name, entry in (raw.get("models") or {}).items():
+        for name, entry in _mapping(raw.get("models"), f"{path}: models").items():
             try:
-                models[name] = ModelSpec.from_mapping(name, entry)
-            except (ConfigurationError, TypeError) as error:
-                raise ConfigurationError(f"{path}: models.{name}: {error}") from error
-        profiles = raw.get("profiles") or {}
-        chosen = _choose_profile(path, profiles, raw.get("default_profile"), profile, env)
+                models[str(name)] = ModelSpec.from_mapping(str(name), entry)
+            except (ConfigurationError, TypeError, ValueError) as error:
+                raise ConfigurationError(f"{path}: models.{name}: {' '.join(str(error).split())}") from error
+        profiles = {str(name): value for name, value in _mapping(raw.get("profiles"), f"{path}: profiles").items()}
+        default = raw.get("default_profile")
+        if default is not None and not isinstance(default, str):
+            raise ConfigurationError(f"{path}: default_profile must be a profile's name, got {default!r}")
+        chosen = _choose_profile(path, profiles, default, profile, env)
         roles: dict[str, tuple[str, ...]] = {}
-        for role, value in (profiles[chosen] or {}).items():
+        for role, value in _mapping(profiles[chosen], f"{path}: profiles.{chosen}").items():
             roles[role] = _role_models(value, models, f"{path}: profiles.{chosen}.{role}")
         for key, value in env.items():
             if key.startswith("PEERIFY_ROLE_") and value.strip():
@@ -215,11 +219,24 @@ class ModelRegistry:
         )
 
 
+def _mapping(value: Any, where: str) -> Mapping:
+    """A mapping of the file ({} for an empty key), else ConfigurationError naming where it is."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ConfigurationError(f"{where}: expected a mapping, got {type(value).__name__}")
+    return value
+
+
 def _read_yaml(path: Path) -> dict[str, Any]:
     if not path.is_file():
         raise ConfigurationError(f"model registry {path} not found")
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        raw = yaml.safe_load(decoded(path.read_bytes(), str(path))) or {}
+    except RecordError as error:  # not UTF-8: `file:line: reason`
+        raise ConfigurationError(str(error)) from None
+    except (ValueError, RecursionError) as error:  # a number past int()'s digits, deep nesting
+        raise ConfigurationError(f"{path}: not valid YAML ({' '.join(str(error).split())})") from None
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark is not None else ""

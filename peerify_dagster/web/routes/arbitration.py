@@ -12,9 +12,15 @@ Blinding: the pages name items by opaque id only (never the claim id, which `cla
 labellers), show candidates only as 1 and 2, and in the audit show no automated label at all. Nothing here reads
 `arbitration_key`; the labeller table is shown folded (domain/arbitration.py folded_table). Decisions go to the
 venue's decisions ledger through the same session the terminal uses, so the same lock, fsync and checks apply.
+
+What a decision or an undo saved is said once, on the page its redirect lands on (the next item, or the notice that
+nothing is left): the redirect carries a one-off token (`?saved=`) that the message in the session must match, so no
+later page, of this mode or another, shows it.
 """
 
 from __future__ import annotations
+
+import secrets
 
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
@@ -49,7 +55,7 @@ MODE_HINTS = {
 # Where a decision of each mode shows up once recorded.
 READERS = {"arbitration": "canonical_labels", "audit": "human_audit", "consensus": "human_audit"}
 LEDGER_FILES = {"arbitration": "arbitration.jsonl", "audit": "audit.jsonl", "consensus": "audit.jsonl"}
-_FLASH = "annotation_saved"  # session key: what the last decision saved, shown once on the next page
+_FLASH, _FLASH_PARAMETER = "annotation_saved", "saved"  # session key and query parameter of what was saved
 MAX_NOTE_LENGTH = 2000
 
 
@@ -84,9 +90,30 @@ def _item(session: Session, request: Request) -> Item:
     return item
 
 
-def _notice(request: Request, venue: str, mode: str, message: str, status_code: int = 200):
+def _notice(request: Request, venue: str, mode: str, message: str, status_code: int = 200, saved: str | None = None):
     return render(request, "arbitration/notice.html", {"venue": venue, "mode": mode, "mode_name": MODE_NAMES[mode],
-                                                       "message": message}, status_code=status_code)
+                                                       "message": message, "saved": saved}, status_code=status_code)
+
+
+def _flash(request: Request, message: str, url: str) -> str:
+    """`url` with a one-off token; the page it leads to shows `message` once (see _saved)."""
+    token = secrets.token_urlsafe(8)
+    request.session[_FLASH] = {"token": token, "message": message}
+    return f"{url}?{_FLASH_PARAMETER}={token}"
+
+
+def _saved(request: Request) -> str | None:
+    """The message a redirect to this request was made with (_flash), taken from the session; None for any other
+    request, which leaves a message it was not made for where it is (another tab's redirect may be on its way)."""
+    flash = request.session.get(_FLASH)
+    token = request.query_params.get(_FLASH_PARAMETER)
+    if not isinstance(flash, dict) or token is None or flash.get("token") != token:
+        return None
+    return request.session.pop(_FLASH)["message"]
+
+
+def _sentence(reason: str) -> str:
+    return f"{reason[:1].upper()}{reason[1:]}."
 
 
 # -- pages ------------------------------------------------------------------------------------------------------
@@ -114,26 +141,25 @@ def next_item(request: Request):
     session = _session(request, venue, mode)
     item = session.next_item()
     if item is not None:
-        return RedirectResponse(_item_url(venue, mode, item), status_code=303)
+        token = request.query_params.get(_FLASH_PARAMETER)  # a decision's message, for the item page to show
+        return RedirectResponse(_item_url(venue, mode, item) + (f"?{_FLASH_PARAMETER}={token}" if token else ""),
+                                status_code=303)
     held = session.held_by_others()
     message = f"Nothing open for you in {MODE_NAMES[mode].lower()}: {session.total()} item(s) in all"
     if held:
         message += (f"; {held} being decided by other annotators right now (one comes back to you if its lease runs "
                     "out without a decision)")
-    return _notice(request, venue, mode, message + ".")
+    return _notice(request, venue, mode, message + ".", saved=_saved(request))
 
 
 def item_page(request: Request):
     venue, mode = venue_of(request), _mode(request)
     session = _session(request, venue, mode)
     item = _item(session, request)
-    if not session.is_open(item):
-        return _notice(request, venue, mode, "This item has been decided (by you, or by another annotator). "
-                                             "Nothing is lost: every decision is in the ledger.")
     try:
-        session.hold(item)
+        session.hold(item)  # refused, saying why, when it was decided meanwhile or is another annotator's
     except ItemUnavailable as exc:
-        return _notice(request, venue, mode, f"{exc}.", status_code=409)
+        return _notice(request, venue, mode, _sentence(str(exc)), status_code=409, saved=_saved(request))
     open_items = session.open_items()
     return render(request, "arbitration/item.html", {
         "venue": venue, "mode": mode, "mode_name": MODE_NAMES[mode], "item": item,
@@ -142,7 +168,7 @@ def item_page(request: Request):
         "label_keys": LABEL_KEYS, "candidate_keys": CANDIDATE_KEYS, "labels": LABELS,
         "no_label_text": arb.no_label_text, "item_url": _item_url(venue, mode, item),
         "lease_minutes": int(session.lease_duration.total_seconds() // 60),
-        "ledger_file": LEDGER_FILES[mode], "reader": READERS[mode], "saved": request.session.pop(_FLASH, None),
+        "ledger_file": LEDGER_FILES[mode], "reader": READERS[mode], "saved": _saved(request),
         "max_note": MAX_NOTE_LENGTH,
     })
 
@@ -150,7 +176,7 @@ def item_page(request: Request):
 async def decide(request: Request):
     venue, mode = venue_of(request), _mode(request)
     form = await request.form()
-    key, note = str(form.get("key", "")).strip().lower(), str(form.get("note", "")).strip() or None
+    key, note = str(form.get("key", "")).strip().lower(), str(form.get("note", "")) or None  # kept exactly
     if note is not None and len(note) > MAX_NOTE_LENGTH:
         raise HTTPException(400, f"A note of at most {MAX_NOTE_LENGTH} characters, please.")
 
@@ -164,7 +190,7 @@ async def decide(request: Request):
         try:
             session.decide(item, label, choice, note)
         except ItemUnavailable as exc:
-            return _notice(request, venue, mode, str(exc), status_code=409)
+            return _notice(request, venue, mode, _sentence(str(exc)), status_code=409)
         except AnnotationError as exc:
             raise HTTPException(409, str(exc)) from None
         where = f" (candidate {choice[-1]})" if choice.startswith("candidate_") else ""
@@ -173,8 +199,7 @@ async def decide(request: Request):
     outcome = await run_in_threadpool(record)
     if isinstance(outcome, Response):
         return outcome
-    request.session[_FLASH] = outcome
-    return RedirectResponse(_next_url(venue, mode), status_code=303)
+    return RedirectResponse(_flash(request, outcome, _next_url(venue, mode)), status_code=303)
 
 
 async def skip(request: Request):
@@ -218,8 +243,8 @@ async def undo(request: Request):
         if undone is None:
             raise HTTPException(409, "nothing of yours to undo in this mode")
         item = next(item for item in session.items if item.item_id == undone.item_id)
-        request.session[_FLASH] = f"undone: your decision {undone.label} on item {session.position(item)}"
-        return _item_url(venue, mode, item)
+        return _flash(request, f"undone: your decision {undone.label} on item {session.position(item)}",
+                      _item_url(venue, mode, item))
 
     return RedirectResponse(await run_in_threadpool(retract), status_code=303)
 

@@ -2,36 +2,42 @@
 venue, verified through the same graph as `peerify verify` by the server's background worker
 (peerify_dagster/verification_jobs.py).
 
-- `/verify`: the form, and the jobs so far;
-- POST `/verify`: checks the input before anything runs (the size limit, a real PDF with pages, a review that is not
-  empty) and queues a job, answered with a redirect to its page; a refused input gets the form back with the reason;
+- `/verify`: the form with the input limits (the upload limit, PEERIFY_MAX_PDF_MB; the review section limit of the
+  configured extractor), and the jobs so far;
+- POST `/verify`: checks the input before anything runs (a real PDF with pages within the upload limit, a review with
+  words in it, UTF-8, each section within the extractor's window; a forum the page offers) and queues a job, answered
+  with a redirect to its page; a refused input gets the form back with the reason and what was typed (413 for a PDF
+  over the limit; the page checks the PDF's size before sending it, too);
 - `/verify/jobs/{id}`: the job's progress by phase (htmx polls `.../status`), which survives a reload and a server
-  restart; when done, links to its claims in the claim browser and to the one-page result (`.../result`).
+  restart; when done, links to its claims in the claim browser and to the one-page result (`.../result`), which names
+  the job's own files (the same content is one venue, whoever uploaded it under which name).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import json
 import re
 from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from starlette.datastructures import UploadFile
+from python_multipart.exceptions import FormParserError
+from python_multipart.multipart import MultipartParser, parse_options_header
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, RedirectResponse
+from starlette.responses import RedirectResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp
 
 from peerify_dagster import paths
 from peerify_dagster.domain import uploads
 from peerify_dagster.domain.venues import UPLOAD_KEY_PREFIX
-from peerify_dagster.verification_jobs import DONE, FAILED, JobStore, Worker, phase_steps
+from peerify_dagster.verification_jobs import DONE, FAILED, PDF_FILE, JobStore, Worker, phase_steps
 from peerify_dagster.web.pages import lake_data, render, settings, venue_url
-from peerify_dagster.web.security import limited_body
 
 NAV = (("Verify", "/verify"),)
-TEXT_FIELDS_BYTES = 4 * 2**20  # what the form may carry beside the PDF: the review and the response
 PASTED_REVIEW, PASTED_RESPONSE = "the pasted review", "the pasted response"
 _UPLOAD_VENUE = re.compile(rf"^{re.escape(UPLOAD_KEY_PREFIX)}[0-9a-f]{{12}}$")
 
@@ -64,6 +70,12 @@ def _configurations() -> tuple[list[str], list[str]]:
     return list(configurations.configurations), [configuration.name for configuration in defaults]
 
 
+def _review_limit() -> uploads.ReviewLimit:
+    from peerify_dagster.resources.llm_gateway.registry import ModelRegistry
+
+    return uploads.extractor_review_limit(ModelRegistry.load())
+
+
 def _forums(request: Request) -> list[tuple[str, str, str]]:
     data = lake_data(request)
     return uploads.forum_choices({venue: (data.table("submissions", venue).to_dicts(),
@@ -74,68 +86,136 @@ def _forums(request: Request) -> list[tuple[str, str, str]]:
 
 def _form_page(request: Request, error: str | None = None, given: dict | None = None, status_code: int = 200):
     names, defaults = _configurations()
+    max_pdf = settings(request).max_pdf_bytes
     return render(request, "verify/index.html", {
         "error": error, "given": given or {}, "configurations": names, "default_configurations": defaults,
-        "forums": _forums(request), "jobs": _store(request).jobs()[:20],
-        "max_pdf": uploads.size_text(uploads.max_pdf_bytes())}, status_code=status_code)
+        "forums": _forums(request), "jobs": _store(request).jobs()[:20], "max_pdf": uploads.size_text(max_pdf),
+        "max_pdf_bytes": max_pdf, "too_large": uploads.over_upload_limit("{file}", max_pdf),
+        "review_limit": _review_limit().describe()}, status_code=status_code)
 
 
 async def verify_page(request: Request):
     return _form_page(request)
 
 
-async def _given_text(form, text_field: str, file_field: str, pasted_name: str) -> tuple[str, bytes]:  # noqa: ANN001
-    """(name, bytes) of a text given as a file, else of the pasted one (maybe empty)."""
-    given = form.get(file_field)
-    if isinstance(given, UploadFile) and given.filename:
-        return Path(given.filename).name, await given.read()
-    return pasted_name, str(form.get(text_field) or "").encode()
+@dataclass
+class _Part:
+    """One part of a multipart form as sent: a field, or a file input's (file name "" when no file was chosen)."""
+
+    name: str
+    filename: str | None
+    data: bytearray = field(default_factory=bytearray)
+
+
+class _Form:
+    """The verify form's parts, read from the request body with their bytes as sent: Starlette's form parser reads a
+    text field that is not UTF-8 as Latin-1, and a review must be refused instead (uploads names the field)."""
+
+    def __init__(self, body: bytes, content_type: str):
+        kind, options = parse_options_header(content_type)
+        if kind != b"multipart/form-data" or not options.get(b"boundary"):
+            raise uploads.UploadError("the form was not sent as multipart/form-data")
+        self.parts: list[_Part] = []
+        header = {"field": bytearray(), "value": bytearray(), "disposition": b""}
+
+        def header_end() -> None:
+            if bytes(header["field"]).lower() == b"content-disposition":
+                header["disposition"] = bytes(header["value"])
+            header["field"], header["value"] = bytearray(), bytearray()
+
+        def headers_finished() -> None:
+            _, disposition = parse_options_header(header["disposition"])
+            filename = disposition.get(b"filename")
+            self.parts.append(_Part(disposition.get(b"name", b"").decode("utf-8", "replace"),
+                                    None if filename is None else filename.decode("utf-8", "replace")))
+            header["disposition"] = b""
+
+        callbacks = {"on_header_field": lambda data, start, end: header["field"].extend(data[start:end]),
+                     "on_header_value": lambda data, start, end: header["value"].extend(data[start:end]),
+                     "on_header_end": header_end, "on_headers_finished": headers_finished,
+                     "on_part_data": lambda data, start, end: self.parts[-1].data.extend(data[start:end])}
+        try:
+            parser = MultipartParser(options[b"boundary"], callbacks)
+            parser.write(body)
+            parser.finalize()
+        except FormParserError as error:
+            raise uploads.UploadError(f"the form could not be read ({error})") from None
+
+    def raw(self, name: str) -> bytes:
+        """A text field's bytes (empty when absent)."""
+        return next((bytes(part.data) for part in self.parts if part.name == name and part.filename is None), b"")
+
+    def texts(self, name: str) -> list[str]:
+        """Every value of a field (checkboxes), as text; only the review and the response are checked as UTF-8."""
+        return [part.data.decode("utf-8", "replace") for part in self.parts
+                if part.name == name and part.filename is None]
+
+    def text(self, name: str) -> str:
+        return next(iter(self.texts(name)), "")
+
+    def file(self, name: str) -> tuple[str, bytes] | None:
+        """(file name, bytes) of a file input with a file chosen, else None."""
+        return next(((Path(part.filename).name, bytes(part.data)) for part in self.parts
+                     if part.name == name and part.filename), None)
 
 
 async def submit(request: Request):
-    """Check the input before anything runs, then queue the job."""
-    limit = uploads.max_pdf_bytes()
-    await limited_body(request, limit + TEXT_FIELDS_BYTES)
-    form = await request.form()
-    given = {"mode": str(form.get("mode") or "upload"), "forum": str(form.get("forum") or ""),
-             "review_text": str(form.get("review_text") or ""), "response_text": str(form.get("response_text") or "")}
-    names, _ = _configurations()
-    chosen = [str(name) for name in form.getlist("configuration")]
+    """Check the input before anything runs, then queue the job (the access gate has bounded the body)."""
+    given: dict = {}
     try:
+        form = _Form(await request.body(), request.headers.get("content-type", ""))
+        given = {"mode": form.text("mode") or "upload", "forum": form.text("forum"),
+                 "review_text": form.text("review_text"), "response_text": form.text("response_text")}
+        names, _ = _configurations()
+        chosen = form.texts("configuration")
         if unknown := [name for name in chosen if name not in names]:
             raise uploads.UploadError(f"unknown configuration {unknown[0]!r}; known: {', '.join(names)}")
         if not chosen:
             raise uploads.UploadError("choose at least one configuration to verify with")
-        request_ = await _request(form, given, tuple(chosen), limit)
+        request_ = _request(request, form, given, tuple(chosen))
     except uploads.UploadError as refused:
-        return _form_page(request, str(refused), given, status_code=400)
+        status = 413 if isinstance(refused, uploads.UploadTooLarge) else 400
+        return _form_page(request, str(refused), given, status_code=status)
     job = _store(request).submit(request_)
     request.app.state.verify_worker.wake()
     return RedirectResponse(f"/verify/jobs/{job['id']}", status_code=303)
 
 
-async def _request(form, given: dict, configurations: tuple[str, ...],  # noqa: ANN001 - a FormData
-                   limit: int) -> uploads.VerificationRequest:
+def _request(request: Request, form: _Form, given: dict, configurations: tuple[str, ...]
+             ) -> uploads.VerificationRequest:
     if given["mode"] == "forum":
         venue, _, forum = given["forum"].rpartition("|")
         if not venue or not forum:
             raise uploads.UploadError("choose a forum of a built venue")
-        return uploads.VerificationRequest(venue=venue, forum=uploads.check_forum_id(forum),
-                                           configurations=configurations)
-    pdf = form.get("pdf")
-    if not isinstance(pdf, UploadFile) or not pdf.filename:
+        _check_offered(request, venue, forum)
+        return uploads.VerificationRequest(venue=venue, forum=forum, configurations=configurations)
+    pdf = form.file("pdf")
+    if pdf is None:
         raise uploads.UploadError("choose the paper's PDF to upload")
-    data = await pdf.read()
-    uploads.check_pdf(pdf.filename, data, limit)
-    review_name, review = await _given_text(form, "review_text", "review_file", PASTED_REVIEW)
+    pdf_name, data = pdf
+    uploads.check_pdf(pdf_name, data, settings(request).max_pdf_bytes)
+    review_name, review = form.file("review_file") or (PASTED_REVIEW, form.raw("review_text"))
     reviews, responses = uploads.read_reviews(review_name, review)
     uploads.check_replies(review_name, responses, reviews)
-    name, response = await _given_text(form, "response_text", "response_file", PASTED_RESPONSE)
+    uploads.check_review_length(review_name, reviews, _review_limit())
+    response_name, response = form.file("response_file") or (PASTED_RESPONSE, form.raw("response_text"))
     if response.strip():  # optional
-        responses += uploads.read_responses(name, response)
-    return uploads.VerificationRequest(upload=uploads.Upload(pdf=data, pdf_name=Path(pdf.filename).name,
-                                                     reviews=tuple(reviews), responses=tuple(responses)),
-                               configurations=configurations)
+        responses += uploads.read_responses(response_name, response)
+    return uploads.VerificationRequest(upload=uploads.Upload(pdf=data, pdf_name=pdf_name, reviews=tuple(reviews),
+                                                             responses=tuple(responses)),
+                                       configurations=configurations)
+
+
+def _check_offered(request: Request, venue: str, forum: str) -> None:
+    """A forum is verified only when the page offers it: a paper with a usable PDF in a venue built in this lake."""
+    offered = {(choice_venue, choice_forum) for choice_venue, choice_forum, _ in _forums(request)}
+    if (venue, forum) in offered:
+        return
+    built = sorted({choice_venue for choice_venue, _ in offered})
+    if venue not in built:
+        raise uploads.UploadError(f"venue {venue!r}: not a venue built in this lake with manuscripts (built: "
+                                  f"{', '.join(built) or 'none'})")
+    raise uploads.UploadError(f"forum {forum!r}: not a paper with a usable PDF in venue {venue!r}")
 
 
 def _job(request: Request) -> dict:
@@ -160,13 +240,27 @@ async def job_status(request: Request):
 
 
 async def job_result(request: Request):
-    """The job's one-page result, found by the job's own record (no path from the request reaches the disk)."""
+    """The job's one-page result, found by the job's own record (no path from the request reaches the disk). The
+    venue's result.json holds the verdicts; the page names the job's own upload: jobs with the same content share
+    their venue, not their file names."""
     job = _job(request)
     venue = job.get("venue") or ""
-    page = settings(request).lake_root / "uploads" / venue / "result.html"
-    if job["status"] != DONE or not _UPLOAD_VENUE.match(venue) or not page.is_file():
-        raise HTTPException(404, f"Verification job {job['id']} has no result page (yet): it is {job['status']}.")
-    return HTMLResponse(page.read_text())
+    data = settings(request).lake_root / "uploads" / venue / "result.json"
+    missing = HTTPException(404, f"Verification job {job['id']} has no result page (yet): it is {job['status']}.")
+    if job["status"] != DONE or not _UPLOAD_VENUE.match(venue) or not data.is_file():
+        raise missing
+    try:
+        summary = uploads.ResultSummary.from_dict(json.loads(data.read_text()))
+    except (OSError, ValueError, KeyError, TypeError):
+        raise missing from None
+    record = job["request"]
+    own = {"origin": record["description"]}
+    if record["upload"] is not None:
+        pdf = _store(request).folder / job["id"] / PDF_FILE
+        with contextlib.suppress(OSError):
+            own["title"] = uploads.upload_title(pdf.read_bytes(), record["upload"]["pdf_name"]) or summary.title
+    summary = dataclasses.replace(summary, **own)
+    return render(request, "verify/result_page.html", {"summary": summary, "counts": summary.verdict_counts()})
 
 
 ROUTES = [
