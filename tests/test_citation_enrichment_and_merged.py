@@ -103,7 +103,8 @@ def built(tmp_path_factory):
         env.setenv("PEERIFY_MODELS_FILE", str(options_models_file(folder, model.base_url)))
         env.setenv("LOOPBACK_API_KEY", "test-key")
         registry = write_citation_venue(folder, KEY, {CITING: CITING_PDF, CITED: CITED_PDF}, {
-            "resolve": ["venue"], "retriever": "bm25", "k": 2, "enrichment": True, "modes": ["windows", "merged"]})
+            "resolve": ["venue"], "retriever": "bm25", "k": 2, "enrichment": True, "modes": ["windows", "merged"],
+            "relevance_floor": {"bm25": 0.0}})  # two windows shown whatever their score: these tests count them
         result, _ = run_citation_job(KEY, registry, folder / "lake")
         lake = Lake(folder / "lake")
         yield Built(result, {name: lake.read_table(name, KEY) for name in TABLES},

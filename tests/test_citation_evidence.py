@@ -11,17 +11,22 @@ import pytest
 from peerify_dagster.domain.citations.evidence import (
     DEFAULT_WINDOW_SENTENCES,
     LONG_WINDOW_SENTENCES,
+    bm25_share,
     fits_window,
     merged_passages,
+    no_relevant_passage_reason,
+    prose_kind,
     query_of,
     rank_windows,
     sentence_windows,
     window_length,
 )
+from peerify_dagster.domain.citations.options import DEFAULT_RELEVANCE_FLOORS, CitationOptions, CitationOptionsError
 from peerify_dagster.domain.layout.blocks import Block
 from peerify_dagster.domain.layout.regions import LineRegion, Region, text_offset
 from peerify_dagster.domain.predictions import CHARS_PER_TOKEN
 from peerify_dagster.domain.prompts import format_passages
+from peerify_dagster.domain.retrieval import PaperIndex
 from peerify_dagster.resources.embedder import Embedder
 from tests.real_data import REAL_DATA, needs
 
@@ -142,7 +147,8 @@ def test_hybrid_and_dense_rank_windows_with_real_embeddings(embedder: Embedder) 
     query_vector = embedder.embed([query])[0]
 
     hybrid = rank_windows(windows, query, "hybrid", vectors, query_vector, k=2)
-    dense = rank_windows(windows, query, "dense", vectors, query_vector, k=len(windows))
+    # With the floor below any cosine, dense ranks every window.
+    dense = rank_windows(windows, query, "dense", vectors, query_vector, k=len(windows), floors={"dense": -1.0})
 
     assert "1.4M PDFs" in hybrid[0][0].text and len(hybrid) == 2
     # Reciprocal-rank fusion of two rankings: a score of at most 2 / (60 + 1).
@@ -233,3 +239,96 @@ def test_fits_window_counts_the_passages_as_shown_against_what_the_window_leaves
     # Every passage's id is counted too: the same text in two passages needs more.
     assert fits_window([("p1", body[:10]), ("p2", body[10:])], 1000, 100, template).needed_tokens > 800
     assert fits_window([], 1000, None, "").available_tokens == 1000
+
+
+# -- prose only, a relevance floor, a window of the citance's own claim (issue 34) ---------------------------------
+TABLE_DUMP = ("Method Recall@5 Precision Spikes Perplexity Dropout Noise 0.81 0.77 14 24.6 0.1 6.2 0.84 0.79 2 24.1 "
+              "0.2 11.4 0.86 0.80 3 24.3 0.3 17.9 0.88 0.82 4 24.0 0.1 8.8")
+CODE_DUMP = ("def train(model, data): for batch in data: loss = model(batch); loss.backward(); optimizer.step(); "
+             "return model.eval()")
+RESULTS = ("At 124M parameters the clipping rule cuts loss spikes from 14 to 2, and perplexity improves from 24.6 "
+           "to 24.1.")
+CLIPPING_PAPER = [
+    block("abstract", "Loss spikes waste compute in language model pre-training. We clip the gradient norm at a "
+                      "running quantile of its recent history.", 0),
+    block("paragraph", TABLE_DUMP, 1),
+    block("paragraph", "Label noise in web-scraped image datasets comes mostly from fine-grained confusions. "
+                       "We relabel a sample of every dataset by hand and estimate noise rates of 6 to 18 percent.", 2),
+    block("paragraph", RESULTS + " Dropout of 0.1 is used throughout.", 3),
+    block("paragraph", CODE_DUMP, 4),
+]
+
+
+def test_tables_and_code_read_as_paragraphs_are_their_own_kinds_and_never_windows() -> None:
+    assert [prose_kind(b) for b in CLIPPING_PAPER] == ["abstract", "table", "paragraph", "paragraph", "code"]
+    # A results sentence full of figures is still prose; a short line is too short to judge.
+    assert prose_kind(block("paragraph", RESULTS, 0)) == "paragraph"
+    assert prose_kind(block("paragraph", "Table 2 0.81 0.77", 0)) == "paragraph"
+
+    windows = sentence_windows(KEY, CLIPPING_PAPER, 3)
+
+    assert sorted({w.block_order for w in windows}) == [0, 2, 3]
+    # The merged mode still shows the paper whole, the table's numbers included.
+    assert f"{KEY}:b1" in dict(merged_passages(KEY, CLIPPING_PAPER))
+
+
+def test_different_claims_get_different_windows_and_no_table_dump(embedder: Embedder) -> None:
+    windows = sentence_windows(KEY, CLIPPING_PAPER, 2)
+    vectors = embedder.embed([w.text for w in windows])
+    claims = {"spikes": "Quantile clipping cuts loss spikes from 14 to 2 and improves perplexity [3].",
+              "noise": "Web-scraped image datasets have label noise of 6 to 18 percent [3]."}
+    tops = {}
+    for name, citance in claims.items():
+        query = query_of(citance, spans(citance, "[3]"))
+        ranked = rank_windows(windows, query, "hybrid", vectors, embedder.embed([query])[0], k=3)
+        assert all(w.block_order in (0, 2, 3) for w, _ in ranked), name
+        tops[name] = ranked[0][0]
+    assert "loss spikes from 14 to 2" in tops["spikes"].text
+    assert "fine-grained confusions" in tops["noise"].text
+
+
+# Shares two words with the cited paper ("statistical model"), nothing of its content.
+OFF_TOPIC = "A statistical model predicts protein structures from amino-acid sequences [7]."
+
+
+@pytest.mark.parametrize("retriever", ["bm25", "dense", "hybrid"])
+def test_a_claim_the_cited_paper_does_not_address_gets_no_window(embedder: Embedder, retriever: str) -> None:
+    windows = sentence_windows(KEY, CITED, 2)
+    vectors = embedder.embed([w.text for w in windows])
+    off = query_of(OFF_TOPIC, spans(OFF_TOPIC, "[7]"))
+    on = query_of(CITANCE, spans(CITANCE, "[4]"))
+
+    assert rank_windows(windows, off, retriever, vectors, embedder.embed([off])[0], k=3) == []
+    kept = rank_windows(windows, on, retriever, vectors, embedder.embed([on])[0], k=3)
+    assert kept and "1.4M PDFs" in kept[0][0].text
+    # A venue's floor of 0 lets every window through again: the floor, not the retriever, cut them.
+    assert rank_windows(windows, off, retriever, vectors, embedder.embed([off])[0], k=3,
+                        floors={"bm25": 0.0, "dense": -1.0})
+
+
+def test_the_no_relevant_passage_reason_names_each_floor_the_retriever_is_held_to() -> None:
+    assert no_relevant_passage_reason("hybrid") == (
+        f"no window of the cited paper clears the hybrid relevance floor (bm25 {DEFAULT_RELEVANCE_FLOORS['bm25']:g} "
+        f"or dense {DEFAULT_RELEVANCE_FLOORS['dense']:g})")
+    assert no_relevant_passage_reason("bm25+rerank", {"bm25": 0.2}).endswith("(bm25 0.2)")
+
+
+def test_bm25_share_reads_the_same_for_a_one_window_paper() -> None:
+    one = [block("paragraph", "Training data comes from PubMed Central. It consists of 1.4M PDFs.", 0)]
+    [window] = sentence_windows(KEY, one, 3)
+    index = PaperIndex(KEY, [window.passage_id], [window.text])
+    on = query_of(CITANCE, spans(CITANCE, "[4]"))
+
+    # Raw BM25 of a one-window paper is near zero (every idf is log(1 + 0.5 / 1.5)); its share is not.
+    assert DEFAULT_RELEVANCE_FLOORS["bm25"] < bm25_share(index, on)[0] <= 1
+    assert bm25_share(index, "amino acid sequences")[0] == 0
+    assert [w for w, _ in rank_windows([window], on, "bm25", None, None, k=3)] == [window]
+
+
+def test_the_relevance_floor_is_a_venue_option() -> None:
+    assert CitationOptions().relevance_floor == DEFAULT_RELEVANCE_FLOORS
+    assert CitationOptions.from_mapping({"relevance_floor": {"dense": 0.6}}).relevance_floor == {
+        **DEFAULT_RELEVANCE_FLOORS, "dense": 0.6}
+    for bad in ({"hybrid": 0.1}, {"bm25": "high"}, [0.1]):
+        with pytest.raises(CitationOptionsError, match="relevance_floor maps a retriever of"):
+            CitationOptions.from_mapping({"relevance_floor": bad})

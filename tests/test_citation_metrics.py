@@ -168,6 +168,19 @@ def test_verdict_distribution_and_the_one_label_verifier(rows) -> None:
         "Verifier m2 (windows) answered Supported to 4 of 4 citations (100%)")
 
 
+def test_pairs_given_not_enough_information_for_want_of_a_relevant_passage_are_counted_apart() -> None:
+    verdicts = VERDICTS.with_columns(status=pl.when((pl.col("verifier") == "m1") & (pl.col("citance_id") == "P1:c3"))
+                                     .then(pl.lit("no_relevant_passage")).otherwise("status"),
+                                     label=pl.when((pl.col("verifier") == "m1") & (pl.col("citance_id") == "P1:c3"))
+                                     .then(pl.lit("Not Enough Information")).otherwise("label"))
+    computed = {(row["stage"], row["metric"]): row
+                for row in citation_metrics(CITANCES, BIBLIOGRAPHY, CHECKS, CITED, EVIDENCE, verdicts, GOLD)}
+    assert figure(computed, "verdicts", "no relevant passage share (m1, windows)") == (0.25, 4, None)
+    assert figure(computed, "verdicts", "no cited paper share (m1, windows)") == (0.25, 4, None)
+    assert "no passage of it relevant" in computed[("verdicts", "Not Enough Information share (m1, windows)")]["note"]
+    assert figure(computed, "verdicts", "no relevant passage share (m2, windows)") == (0.0, 4, None)
+
+
 def test_verdict_agreement_beside_the_majority_baseline(rows) -> None:
     # m1 answers S, NEI (no cited paper), PS, none against gold S, NEI, S, NS: 2 of 4 agree.
     assert figure(rows, "verdicts", "agreement (m1, windows)") == (0.5, 4, 0.71)

@@ -11,11 +11,13 @@ from pathlib import Path
 import pytest
 
 from peerify_dagster.domain.citations.detection import CLAIM_TYPES
+from peerify_dagster.domain.citations.evidence import no_relevant_passage_reason
 from peerify_dagster.domain.citations.verdicts import (
     CITATION_LABELS,
     NOT_ENOUGH_INFORMATION,
     STATUS_ERROR,
     STATUS_NO_CITED_PAPER,
+    STATUS_NO_RELEVANT_PASSAGE,
     STATUS_OK,
     STATUS_PARSE_FAILED,
     STATUS_TOO_LONG,
@@ -23,6 +25,7 @@ from peerify_dagster.domain.citations.verdicts import (
     VERIFY_CITATION_PROMPT,
     call_verdict,
     no_cited_paper,
+    no_relevant_passage,
     normalise_citation_label,
     parse_citance_tag,
     parse_verdict,
@@ -33,8 +36,13 @@ from peerify_dagster.domain.citations.verdicts import (
 from peerify_dagster.domain.citations.vocabulary import HEDGE_LEVELS
 from peerify_dagster.domain.llm_calls import parse_answer, validate_against_schema
 from peerify_dagster.domain.prompts import load_prompt
+from peerify_dagster.resources.lake import Lake
 from peerify_dagster.resources.llm_gateway import LLMGateway
+from tests import fixtures_pdf
+from tests.citation_support import run_citation_job, write_citation_venue
 from tests.fakes.openai_server import ScriptedOpenAIServer
+from tests.test_citation_assets import CITED_PDF, CITED_TITLE
+from tests.test_verification_assets import models_file
 
 CITANCE = "Dropout may reduce overfitting in deep networks [12]."
 PASSAGES = [("sha256:ab:w3.0-2", "We show that dropout reduces overfitting. It improves test error on MNIST."),
@@ -133,6 +141,16 @@ def test_verdicts_without_a_model_answer() -> None:
     assert call_verdict(None, '{"verdict": "Supported", "explanation": "w3"}').label == "Supported"
 
 
+
+def test_no_relevant_passage_is_not_enough_information_without_a_call() -> None:
+    reason = "no window of the cited paper clears the hybrid relevance floor (bm25 0.07 or dense 0.4)"
+
+    verdict = no_relevant_passage(reason)
+
+    assert (verdict.status, verdict.label, verdict.reason) == (
+        STATUS_NO_RELEVANT_PASSAGE, NOT_ENOUGH_INFORMATION, reason)
+    assert verdict.explanation.startswith("No model was asked") and reason in verdict.explanation
+
 def test_tag_citance_renders_and_its_schema_accepts_every_value() -> None:
     template = load_prompt(TAG_CITANCE_PROMPT)
     variables = tag_variables(f"  {CITANCE} ")
@@ -204,3 +222,36 @@ def test_a_gateway_call_of_verify_citation_comes_back_as_each_verdict(tmp_path: 
     assert [call_verdict(r.error, r.raw_response).label for r in results] == list(CITATION_LABELS)
     assert all(r.parse_ok for r in results)  # the ledger records no parse failure, Not Enough Information included
     assert sent["response_format"]["json_schema"]["schema"]["properties"]["verdict"]["enum"] == list(CITATION_LABELS)
+
+
+def test_a_claim_its_cited_paper_does_not_address_is_not_enough_information_without_a_call(tmp_path: Path,
+                                                                                            monkeypatch) -> None:
+    """Through the real `verify_citations` job: paper A cites paper B of the venue twice, once for what B says and
+    once for a claim B never addresses; only the first is asked of the verifier."""
+    citing = fixtures_pdf.citing_paper("Citation-Aware Retrieval for Scientific Claim Checking", (
+        "Contrastive pretraining of citation graph encoders improves the retrieval of cited passages [1]. "
+        # Shares "trained for three epochs" with paper B, nothing of its content.
+        "Protein structure predictors are trained for three epochs on amino-acid sequences [1].",), (
+        f"[1] Bea Baker and Carl Chen. {CITED_TITLE}. In Proceedings of the Test Workshop, 2026.",))
+    with ScriptedOpenAIServer(responder=lambda request: json.dumps(
+            {"verdict": "Supported", "explanation": "The passage says so."})) as verifier:
+        monkeypatch.setenv("PEERIFY_MODELS_FILE", str(models_file(tmp_path, verifier.base_url)))
+        monkeypatch.setenv("LOOPBACK_API_KEY", "test-key")
+        registry = write_citation_venue(tmp_path, "floor", {"CitingPapA": citing, "CitedPaprB": CITED_PDF},
+                                        {"resolve": ["venue"], "retriever": "bm25", "k": 2})
+        result, _ = run_citation_job("floor", registry, tmp_path / "lake")
+        requests = verifier.request_count
+    assert result.success
+    lake = Lake(tmp_path / "lake")
+    evidence = {row["citance_id"]: row for row in lake.read_table("citation_evidence", "floor").to_dicts()}
+    verdicts = {row["citance_id"]: row for row in lake.read_table("citation_verdicts", "floor").to_dicts()}
+    on_topic, off_topic = "CitingPapA:c1", "CitingPapA:c2"
+
+    assert evidence[on_topic]["status"] == STATUS_OK and "eleven points of recall" in evidence[on_topic]["text"]
+    assert evidence[off_topic]["status"] == STATUS_NO_RELEVANT_PASSAGE
+    assert evidence[off_topic]["reason"] == no_relevant_passage_reason("bm25")
+    assert (verdicts[on_topic]["status"], verdicts[on_topic]["label"]) == (STATUS_OK, "Supported")
+    off = verdicts[off_topic]
+    assert (off["status"], off["label"], off["call_id"], off["tokens_in"], off["passage_ids"]) == (
+        STATUS_NO_RELEVANT_PASSAGE, NOT_ENOUGH_INFORMATION, None, 0, [])
+    assert requests == 1  # the verifier was asked about the on-topic claim only

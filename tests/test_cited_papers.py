@@ -10,6 +10,7 @@ hash) serve the whole module, and the fault tests use the small fpdf2 papers of 
 from __future__ import annotations
 
 import hashlib
+import re
 import shutil
 import time
 from pathlib import Path
@@ -31,13 +32,14 @@ from peerify_dagster.domain.citations.resolution import (
     LibraryFile,
     arxiv_id_of_name,
     arxiv_ids_in_text,
+    closest_title,
     conclude,
     doi_names_file,
     match_library,
-    match_venue_manuscript,
     parse_arxiv_feed,
     right_paper,
 )
+from peerify_dagster.domain.citations.titles import SAME_TITLE
 from peerify_dagster.resources.cited_papers import (
     CITED_PDFS_DIR,
     CitedPaperResolver,
@@ -416,8 +418,9 @@ def test_a_short_title_must_be_on_the_first_page_whole():
 
 def test_venue_manuscripts_are_matched_by_title():
     titles = {"Hp4sLx9TcV": "Grounded Verification of Reviewer Claims", "Rk7bWq2NzA": "Grounded Verification: A Survey"}
-    assert match_venue_manuscript(entry(1, "Grounded verification of reviewer claims."), titles)[0] == "Hp4sLx9TcV"
-    assert match_venue_manuscript(entry(2, "Verification of grounded claims"), titles) is None
+    assert closest_title("Grounded verification of reviewer claims.", titles) == ("Hp4sLx9TcV", 1.0)
+    assert closest_title("Verification of grounded claims", titles)[1] < SAME_TITLE
+    assert closest_title("Verification of grounded claims", {}) is None
     resolved = conclude([Attempt("library", "no_match"), Attempt("venue", "resolved", "Hp4sLx9TcV",
                                                                  right_paper_score=1.0)])
     assert (resolved.status, resolved.cited_key, resolved.pdf_sha256) == (RESOLVED, "forum:Hp4sLx9TcV", None)
@@ -443,3 +446,64 @@ def test_papermage_references_parsed_by_the_bibliography_reader_resolve(real_lib
                 resolution = resolver.resolve_entry(cited, LIBRARY_ONLY, real_library)
                 resolved[words] = (resolution.locator if resolution.status == RESOLVED else resolution.reason)
     assert resolved == wanted
+
+
+# -- titles broken at a line end (issue 34) -------------------------------------------------------------------------
+
+SCIBERT_TITLE = "SciBERT: A Pretrained Language Model for Scientific Text"
+
+
+@pytest.fixture(scope="module")
+def scibert_library(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("scibert_library")
+    (folder / "scibert.pdf").write_bytes(fixtures_pdf.citing_paper(SCIBERT_TITLE, (
+        "We release a pretrained language model for scientific text, trained on papers of many fields.",)))
+    return folder
+
+
+def test_a_title_broken_before_a_capital_resolves_to_the_library_file(scibert_library, resolver):
+    # As papermage.pdf prints it: "SciB-" at a line end, "ERT" on the next line. Unrepaired, 7 of its 9 words are on
+    # the file's first page (0.78 < 0.80) and the library had no match.
+    broken = entry(1, "SciB-ERT: A pretrained language model for scientific text", year=2019)
+
+    resolution = resolver.resolve_entry(broken, LIBRARY_ONLY, index_library(scibert_library))
+
+    assert (resolution.status, resolution.locator) == (RESOLVED, "scibert.pdf"), resolution.reason
+    assert resolution.right_paper_score == 1.0
+    # the right-paper check judges the repaired title too
+    assert right_paper(broken, SCIBERT_TITLE) == (1.0, True)
+    assert right_paper(entry(2, "Contextenhanced citation sentiment detection in papers"),
+                       "Context-Enhanced Citation Sentiment Detection in Papers\nAwais Athar") == (1.0, True)
+
+
+def test_a_library_refusal_names_the_closest_file_its_score_and_the_threshold(scibert_library, resolver):
+    other = entry(1, "A pretrained language model for legal contracts and text", year=2021)
+
+    resolution = resolver.resolve_entry(other, LIBRARY_ONLY, index_library(scibert_library))
+
+    assert resolution.status == UNRESOLVED
+    assert [attempt.outcome for attempt in resolution.attempts] == ["no_match"]
+    # 6 of its 9 words in order on the file's first page; the file is named by its title guess and name
+    assert re.search(r"library: no_match \(best '[^']+' \(scibert\.pdf\) scored 0\.67 < 0\.80; none of 1 files",
+                     resolution.row()["reason"]), resolution.reason
+
+
+def test_a_venue_refusal_names_the_closest_manuscript_its_score_and_the_threshold(resolver):
+    titles = {"Hp4sLx9TcV": "Grounded Verification of Reviewer Claims", "Rk7bWq2NzA": "Grounded Verification: A Survey"}
+
+    refused = resolver.resolve_entry(entry(1, "Grounded verification of review articles"),
+                                     CitationOptions(resolve=("venue",)), venue_titles=titles)
+
+    assert refused.status == UNRESOLVED
+    assert re.search(r"venue: no_match \(best 'Grounded Verification of Reviewer Claims' \(Hp4sLx9TcV\) scored "
+                     r"0\.88 < 0\.90;", refused.reason), refused.reason
+
+
+def test_an_arxiv_search_refusal_names_the_closest_hit_its_score_and_the_threshold(server, fresh):
+    options = CitationOptions(resolve=("arxiv",), base_urls={"arxiv": server.url})
+
+    refused = fresh.resolve_entry(entry(1, "Grounded verification of claims"), options)
+
+    assert refused.status == UNRESOLVED
+    assert re.search(rf"arxiv {re.escape(server.url)}/api/query: no_match \(best 'Grounded Verification of Reviewer "
+                     r"Claims' \(2401\.00001v1\) scored 0\.\d\d < 0\.90;", refused.reason), refused.reason

@@ -160,10 +160,10 @@ CITING_KINDS = ("paragraph", "abstract")
 
 def _citance_rows(venue: str, paper_id: str, blocks: list[Block], entries: list[ParsedEntry]) -> list[dict]:
     rows = []
-    for block in blocks:
-        if block.kind not in CITING_KINDS:
-            continue
-        for found in detection.detect_citances(block.text):
+    prose = [block for block in blocks if block.kind in CITING_KINDS]
+    found_per_block = detection.detect_paper_citances([block.text for block in prose], entries)
+    for block, found_in_block in zip(prose, found_per_block):
+        for found in found_in_block:
             resolved = detection.resolve_markers(found.markers, entries)
             markers = [{"text": r.marker.text, "style": r.marker.style, "start": r.marker.start, "end": r.marker.end,
                         "entry_ids": [entry_id(paper_id, index) for index in r.entry_indexes],
@@ -590,10 +590,14 @@ def citation_evidence(context: dg.AssetExecutionContext, citances: pl.DataFrame,
             spans, own = _own_spans(citance, entry)
             query = evidence.query_of(citance["text"], spans, own)
             query_vector = cache.embedder.embed([query])[0] if cache is not None else None
-            ranked = evidence.rank_windows(cut, query, options.retriever, vectors, query_vector, options.k, reranker)
+            ranked = evidence.rank_windows(cut, query, options.retriever, vectors, query_vector, options.k, reranker,
+                                           options.relevance_floor)
             if not ranked:
-                rows.append({**base, "cited_key": key, "status": verdicts.STATUS_NO_PASSAGES,
-                             "reason": "the cited paper has no prose to cut into windows"})
+                status, reason = ((verdicts.STATUS_NO_RELEVANT_PASSAGE,
+                                   evidence.no_relevant_passage_reason(options.retriever, options.relevance_floor))
+                                  if cut else (verdicts.STATUS_NO_PASSAGES,
+                                               "the cited paper has no prose to cut into windows"))
+                rows.append({**base, "cited_key": key, "status": status, "reason": reason})
             for rank, (window, score) in enumerate(ranked, start=1):
                 rows.append({**base, "cited_key": key, "status": verdicts.STATUS_OK, "rank": rank,
                              "passage_id": window.passage_id, "text": window.text, "score": float(score),
@@ -622,6 +626,7 @@ class _Pair:
     key: str | None
     passages: list[tuple[str, str]]
     reason: str | None = None
+    no_call: verdicts.Verdict | None = None  # the verdict given without a call (no relevant passage)
 
 
 def _pairs(citances: pl.DataFrame, citation_evidence: pl.DataFrame, papers: CitedPapers, mode: str) -> list[_Pair]:
@@ -630,6 +635,9 @@ def _pairs(citances: pl.DataFrame, citation_evidence: pl.DataFrame, papers: Cite
     shown: dict[tuple[str, str], list[tuple[str, str]]] = {}
     for row in citation_evidence.filter(pl.col("status") == verdicts.STATUS_OK).sort("rank").iter_rows(named=True):
         shown.setdefault((row["citance_id"], row["entry_id"]), []).append((row["passage_id"], row["text"]))
+    irrelevant = citation_evidence.filter(pl.col("status") == verdicts.STATUS_NO_RELEVANT_PASSAGE)
+    no_call = {(row["citance_id"], row["entry_id"]): verdicts.no_relevant_passage(row["reason"])
+               for row in irrelevant.iter_rows(named=True)}
     pairs = []
     for citance in citances.iter_rows(named=True):
         for entry in citance["entry_ids"]:
@@ -639,12 +647,13 @@ def _pairs(citances: pl.DataFrame, citation_evidence: pl.DataFrame, papers: Cite
             elif mode == MODE_MERGED:
                 pairs.append(_Pair(citance, entry, key, evidence.merged_passages(key, papers.blocks[key])))
             else:
-                pairs.append(_Pair(citance, entry, key, shown.get((citance["citance_id"], entry), [])))
+                ids = (citance["citance_id"], entry)
+                pairs.append(_Pair(citance, entry, key, shown.get(ids, []), no_call=no_call.get(ids)))
     return pairs
 
 
 def _no_call_row(venue: str, pair: _Pair, verifier: str, mode: str, verdict: verdicts.Verdict | None = None) -> dict:
-    verdict = verdict or (verdicts.no_cited_paper(pair.reason or "the cited paper could not be had")
+    verdict = verdict or pair.no_call or (verdicts.no_cited_paper(pair.reason or "the cited paper could not be had")
                           if pair.key is None else verdicts.Verdict(verdicts.STATUS_NO_PASSAGES, None, None,
                                                                     "no passage of the cited paper to show"))
     return {"venue": venue, "paper_id": pair.citance["paper_id"], "citance_id": pair.citance["citance_id"],

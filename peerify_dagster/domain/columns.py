@@ -498,9 +498,11 @@ TABLE_COLUMNS: dict[tuple[str, str], str] = {
     ("cited_manuscripts", "pdf_sha256"): "sha256 of the stored cited PDF.",
     ("cited_manuscripts", "lake_path"): "Where the cited PDF is stored in the lake (cited_pdfs/<sha256>.pdf).",
     ("citation_evidence", "status"): "ok (a ranked passage), no_cited_paper (the entry's full text could not be "
-                                     "had) or no_passages (it has no prose).",
+                                     "had), no_passages (it has no prose) or no_relevant_passage (no window clears "
+                                     "the retriever's relevance floor).",
     ("citation_evidence", "rank"): "Rank of the passage for the citance (1 = best).",
-    ("citation_evidence", "score"): "Retriever score of the passage for the citance.",
+    ("citation_evidence", "score"): "Retriever score of the passage for the citance (hybrid: reciprocal-rank "
+                                    "fusion, which ranks but does not measure relevance).",
     ("citation_evidence", "text"): "The passage: consecutive sentences of one paragraph of the cited paper.",
     ("citation_evidence", "page"): "Page of the cited paper the passage starts on.",
     ("citation_evidence", "regions"): "Where the passage lies in the cited paper: boxes {page, x0, y0, x1, y1} in "
@@ -509,8 +511,9 @@ TABLE_COLUMNS: dict[tuple[str, str], str] = {
                                                "predictive claims).",
     ("citation_evidence", "reason"): "Why the pair has no passage.",
     ("citation_verdicts", "verifier"): "Model that judged the citation (the citation_verifiers role).",
-    ("citation_verdicts", "status"): "ok, no_cited_paper (Not Enough Information without a call), too_long (merged "
-                                     "mode: the paper does not fit the window), no_passages, parse_failed or error.",
+    ("citation_verdicts", "status"): "ok, no_cited_paper or no_relevant_passage (Not Enough Information without a "
+                                     "call), too_long (merged mode: the paper does not fit the window), no_passages, "
+                                     "parse_failed or error.",
     ("citation_verdicts", "label"): "Supported, Partially Supported, Not Supported or Not Enough Information; null "
                                     "when there is no verdict.",
     ("citation_verdicts", "explanation"): "The verifier's explanation (or why no model was asked).",

@@ -53,7 +53,8 @@ LLM_STAGES: tuple[LLMStage, ...] = (
              "one call per citance, only where the venue turns citations.enrichment on", 300),
     LLMStage(CITATION_VERDICTS, {"citation_verdicts": ("call_id",)}, (CITATION_VERIFIERS_ROLE,),
              (VERIFY_CITATION_PROMPT,),
-             "one call per citance x cited entry whose paper was found x citation verifier x evidence mode", 2500),
+             "one call per citance x cited entry whose paper was found (with retrieval: and has a passage above the "
+             "relevance floor) x citation verifier x evidence mode", 2500),
 )
 STAGES_BY_NAME = {stage.name: stage for stage in LLM_STAGES}
 

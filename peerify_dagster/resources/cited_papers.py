@@ -43,15 +43,18 @@ from peerify_dagster.domain.citations.resolution import (
     arxiv_pdf_url,
     arxiv_query_url,
     arxiv_title_query,
-    best_title_hit,
+    below_threshold,
+    closest_library_title,
+    closest_title,
     conclude,
     entry_arxiv_id,
     first_page_text,
     match_library,
-    match_venue_manuscript,
     parse_arxiv_feed,
     right_paper,
+    right_paper_needs,
 )
+from peerify_dagster.domain.citations.titles import SAME_TITLE
 from peerify_dagster.domain.pdfs import PdfProblem, inspect_pdf
 from peerify_dagster.resources.document_parser import DocumentParser, ManuscriptParseError, ParsedDocument
 from peerify_dagster.resources.openreview import HttpPolicy, describe_failure, retrying_adapter
@@ -237,8 +240,13 @@ class CitedPaperResolver:
             return [Attempt(SOURCE_LIBRARY, OUTCOME_NOT_APPLICABLE, detail="no library folder, or no PDF in it")]
         candidates = match_library(entry, library.files)
         if not candidates:
-            return [Attempt(SOURCE_LIBRARY, OUTCOME_NO_MATCH,
-                            detail=f"none of {len(library.files)} files has the entry's DOI, arXiv id or title")]
+            detail = f"none of {len(library.files)} files has the entry's DOI, arXiv id or title"
+            if closest := closest_library_title(entry, library.files):
+                closest_file, score = closest
+                named = f"{closest_file.title_guess!r} ({closest_file.name})" if closest_file.title_guess \
+                    else repr(closest_file.name)
+                detail = f"{below_threshold(named, score, RIGHT_PAPER_THRESHOLD)}; {detail}"
+            return [Attempt(SOURCE_LIBRARY, OUTCOME_NO_MATCH, detail=detail)]
         attempts = []
         for library_file, how in candidates:
             try:
@@ -254,11 +262,14 @@ class CitedPaperResolver:
     def _from_venue(self, entry: ParsedEntry, venue_titles: Mapping[str, str]) -> Attempt:
         if not entry.title:
             return Attempt(SOURCE_VENUE, OUTCOME_NOT_APPLICABLE, detail="the entry has no title to look up")
-        match = match_venue_manuscript(entry, venue_titles)
-        if match is None:
-            return Attempt(SOURCE_VENUE, OUTCOME_NO_MATCH,
-                           detail=f"no title among {len(venue_titles)} manuscripts of the venue is the entry's")
-        paper_id, similarity = match
+        closest = closest_title(entry.title, venue_titles)
+        if closest is None or closest[1] < SAME_TITLE:
+            detail = f"no title among {len(venue_titles)} manuscripts of the venue is the entry's"
+            if closest:
+                named = f"{venue_titles[closest[0]]!r} ({closest[0]})"
+                detail = f"{below_threshold(named, closest[1], SAME_TITLE)}; {detail}"
+            return Attempt(SOURCE_VENUE, OUTCOME_NO_MATCH, detail=detail)
+        paper_id, similarity = closest
         return Attempt(SOURCE_VENUE, OUTCOME_RESOLVED, paper_id, right_paper_score=round(similarity, 4),
                        detail=f"title similarity {similarity:.2f}")
 
@@ -269,15 +280,18 @@ class CitedPaperResolver:
             if not entry.title:
                 return [Attempt(SOURCE_ARXIV, OUTCOME_NOT_APPLICABLE, detail="the entry has no arXiv id and no title")]
             try:
-                hit = best_title_hit(entry.title, self._arxiv_feed(base, {
-                    "search_query": arxiv_title_query(entry.title), "start": "0",
-                    "max_results": str(ARXIV_SEARCH_RESULTS)}))
+                hits = self._arxiv_feed(base, {"search_query": arxiv_title_query(entry.title), "start": "0",
+                                               "max_results": str(ARXIV_SEARCH_RESULTS)})
             except DownloadError as error:
                 return [Attempt(SOURCE_ARXIV, error.reason, error.url, error.detail)]
-            if hit is None:
-                return [Attempt(SOURCE_ARXIV, OUTCOME_NO_MATCH, arxiv_query_url(base),
-                                "no arXiv title search hit has the entry's title")]
-            record, _similarity = hit
+            closest = closest_title(entry.title, {index: hit.title for index, hit in enumerate(hits)})
+            if closest is None or closest[1] < SAME_TITLE:
+                detail = "no arXiv title search hit has the entry's title"
+                if closest:
+                    named = f"{hits[closest[0]].title!r} ({hits[closest[0]].versioned_id})"
+                    detail = f"{below_threshold(named, closest[1], SAME_TITLE)}; {detail}"
+                return [Attempt(SOURCE_ARXIV, OUTCOME_NO_MATCH, arxiv_query_url(base), detail)]
+            record = hits[closest[0]]
             arxiv_id, metadata_title = record.versioned_id, record.title
         elif not entry.title:
             # Without a title of its own the entry is checked against arXiv's title for the id.
@@ -345,9 +359,9 @@ class CitedPaperResolver:
         score = round(score, 4)
         if not ok:
             checked = entry.title or metadata_title
-            what = f"{score:.2f} of the title {checked!r} is on its first page" if checked else \
+            what = f"{score:.2f} of the title {checked!r} is on its first page " \
+                   f"(at least {right_paper_needs(checked):.2f} needed)" if checked else \
                 "no title to compare and the entry's identifier is not printed on its first page"
-            return Attempt(source, OUTCOME_WRONG_PAPER, locator,
-                           f"{found}{what} (at least {RIGHT_PAPER_THRESHOLD} needed)", sha256, score, refused=True)
+            return Attempt(source, OUTCOME_WRONG_PAPER, locator, f"{found}{what}", sha256, score, refused=True)
         self.store.put(data)
         return Attempt(source, OUTCOME_RESOLVED, locator, f"{found}right-paper score {score:.2f}", sha256, score)

@@ -35,6 +35,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from peerify_dagster.domain.citations.entries import PARSED, PARTIAL, UNPARSED, ParsedEntry
+from peerify_dagster.domain.citations.titles import Spellings, with_repaired_title
 from peerify_dagster.domain.layout.blocks import Block
 from peerify_dagster.domain.layout.lines import normalise_whitespace
 from peerify_dagster.domain.layout.regions import Region, merge_regions, regions_of_span
@@ -771,12 +772,14 @@ def read_bibliography(blocks: Sequence[Block]) -> list[PlacedEntry]:
     """Every entry of the manuscript's reference blocks, repaired (see the module docstring) and parsed, in
     order, indexed from 1 after repair; [] when the manuscript has no reference block."""
     blocks_by_order = {block.order: block for block in blocks}
+    spellings = Spellings.of(block.text for block in blocks)  # the paper's own spellings, for line-broken titles
     placed = []
     for index, piece in enumerate(_pieces(blocks), start=1):
         regions = merge_regions(region for span in piece.spans
                                 for region in _span_regions(blocks_by_order[span.block_order], span))
         page = regions[0].page if regions else blocks_by_order[piece.spans[0].block_order].page
-        placed.append(PlacedEntry(parse_entry(piece.text, index), tuple(piece.spans), page, tuple(regions)))
+        entry = with_repaired_title(parse_entry(piece.text, index), spellings)
+        placed.append(PlacedEntry(entry, tuple(piece.spans), page, tuple(regions)))
     return placed
 
 

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from peerify_dagster.domain.citations.entries import ParsedEntry
-from peerify_dagster.domain.citations.sentences import split_sentences
+from peerify_dagster.domain.citations.sentences import is_prose, split_sentences
 
 NUMERIC, AUTHOR_YEAR, NARRATIVE, SUPERSCRIPT = "numeric", "author_year", "narrative", "superscript"
 CLAIM_TYPES = ("causal", "predictive", "comparative", "quantitative", "descriptive")
@@ -70,7 +70,8 @@ _AUTHORS = rf"{_NAME}(?:\s*,\s*{_NAME}){{0,11}}(?:\s*,?\s*(?:and|&)\s+{_NAME})?(
 _YEAR = r"(?:(?:1[6-9]|20)\d\d(?!\d)[a-z]?(?![\w])|in\s+press|forthcoming|n\.\s?d\.)"
 _YEARS = rf"{_YEAR}(?:\s*,\s*(?:{_YEAR}|[a-z](?![\w.])))*"
 _LOCATOR = r"(?:\s*[,:]\s*(?:(?:pp?|ch|chap|sec|fig|table|p)\.?\s*)?\d+(?:\s*[-–]\s*\d+)?)?"
-_ITEM = re.compile(rf"(?<![^\W\d_])(?P<authors>{_AUTHORS})(?:['’]s)?\s*,?\s*(?P<years>{_YEARS})")
+# A year glued to a word names a corpus or a task, not a work: "(OpenSubtitles2012, en-it)", "CoNLL2003".
+_ITEM = re.compile(rf"(?<![^\W\d_])(?P<authors>{_AUTHORS})(?:['’]s)?(?:\s*,\s*|\s+)(?P<years>{_YEARS})")
 _GROUP = re.compile(r"\(([^()\[\]]{5,400})\)|\[([^()\[\]]{5,400})\]")
 _NARRATIVE = re.compile(
     rf"(?<![^\W\d_])(?P<authors>{_AUTHORS})(?:['’]s)?\s*"
@@ -81,8 +82,8 @@ _NARRATIVE_BARE = re.compile(rf"(?<![^\W\d_])(?P<authors>{_NAME}{_ET_AL})\s*,?\s
 _AUTHOR_SPLIT = re.compile(r"\s*,?\s*(?:\band\b|&)\s*|\s*,\s*")
 _ET_AL_TAIL = re.compile(_ET_AL + r"$")
 # Capitalised words that start a phrase before a name or a year and are no author: function words, discourse
-# markers, calendar words and the names of a paper's own parts ("However, Smith (2020)", "(In 2019)",
-# "(March 2020)", "(Table 2019)").
+# markers, calendar words, the names of a paper's own parts and conferences' acronyms ("However, Smith (2020)",
+# "(In 2019)", "(March 2020)", "(Table 2019)", a footer's "(NIPS 2017)").
 _NOT_NAMES = frozenset("""
 a an the this that these those it its we our they their he she his her i you one two some many most several
 other others both each all such any no not few more less
@@ -99,6 +100,8 @@ jul aug sep sept oct nov dec spring summer autumn fall winter year years fy q1 q
 table tables tab figure figures fig figs eq eqs equation equations section sections sec chapter appendix
 supplementary supplement algorithm theorem lemma step phase stage wave round version release edition vol
 volume issue part note
+nips neurips icml iclr acl naacl eacl emnlp coling conll lrec cvpr iccv eccv wacv bmvc aaai ijcai aistats kdd
+sigir icassp interspeech miccai
 """.split())
 
 # ---- numeric and superscript -------------------------------------------------------------------------------
@@ -303,15 +306,73 @@ def find_markers(text: str) -> list[Marker]:
     return sorted(kept, key=lambda m: m.start)
 
 
+# What follows a list's label: an item's first word or quote ("[1] Read the claim.", "[2] \"Is it true?\"").
+_ITEM_OPENING = re.compile(r"\s+[\"“'A-Z]")
+
+
+def _list_labels(text: str, markers: Sequence[Marker]) -> set[Marker]:
+    """Numeric markers that number a list rather than cite: one opening the text, or "[1]" after a colon, and the
+    labels counting on from it after each item's closing punctuation ("as follows: [1] Read it. [2] Check it.")."""
+    labels: set[Marker] = set()
+    expected = None
+    for marker in markers:
+        if marker.style != NUMERIC or len(marker.keys) != 1 or not marker.keys[0].isdigit():
+            continue
+        number, before = int(marker.keys[0]), text[:marker.start].rstrip()
+        opens = not before or (number == 1 and before.endswith(":"))
+        follows = number == expected and before[-1:] in (".", ":", ";", "!", "?")
+        if (opens or follows) and _ITEM_OPENING.match(text, marker.end):
+            labels.add(marker)
+            expected = number + 1
+    return labels
+
+
 def detect_citances(text: str) -> list[DetectedCitance]:
-    """The sentences of `text` (split_sentences) carrying at least one marker, with their markers."""
+    """The sentences of `text` (split_sentences) carrying at least one marker, with their markers. Sentences that
+    are no prose (code, table rows, captions, running heads: `is_prose`) and a list's labels cite nothing."""
     markers = find_markers(text)
+    labels = _list_labels(text, markers)
     citances = []
     for start, end in split_sentences(text):
-        inside = tuple(marker for marker in markers if start <= marker.start < end)
-        if inside:
+        inside = tuple(marker for marker in markers if start <= marker.start < end and marker not in labels)
+        if inside and is_prose(text[start:end]):
             citances.append(DetectedCitance(start, end, inside))
     return citances
+
+
+def _family(style: str) -> str:
+    return NUMERIC if style in (NUMERIC, SUPERSCRIPT) else AUTHOR_YEAR
+
+
+def paper_style(entries: Sequence[ParsedEntry], markers: Sequence[Marker]) -> str | None:
+    """The paper's own marker style, NUMERIC (brackets, superscripts) or AUTHOR_YEAR (groups, narrative): the
+    family more of whose markers resolve to the reference list's entries, or, where that ties (no list, a list
+    nothing resolves to), the family most markers belong to; None when that ties too. A numbered list whose labels the
+    parser lost resolves nothing, and the paper's many numeric markers still decide."""
+    resolved = [found.marker for found in resolve_markers(markers, entries) if found.entry_indexes]
+    for counted in (resolved, markers):
+        numeric = sum(1 for marker in counted if _family(marker.style) == NUMERIC)
+        if 2 * numeric != len(counted):
+            return NUMERIC if 2 * numeric > len(counted) else AUTHOR_YEAR
+    return None
+
+
+def detect_paper_citances(texts: Sequence[str], entries: Sequence[ParsedEntry]) -> list[list[DetectedCitance]]:
+    """detect_citances for each prose text of one paper, with the paper's own style preferred (paper_style): a
+    marker of the other style counts only where it resolves to an entry ("[2]" in an author-year paper is an index,
+    "(NAACL-HLT 2019)" in a numbered one a venue)."""
+    found = [detect_citances(text) for text in texts]
+    style = paper_style(entries, [marker for citances in found for citance in citances for marker in citance.markers])
+    kept_per_text = []
+    for citances in found:
+        kept = []
+        for citance in citances:
+            markers = tuple(resolved.marker for resolved in resolve_markers(citance.markers, entries)
+                            if style is None or _family(resolved.marker.style) == style or resolved.entry_indexes)
+            if markers:
+                kept.append(DetectedCitance(citance.start, citance.end, markers))
+        kept_per_text.append(kept)
+    return kept_per_text
 
 
 # ---- resolution ---------------------------------------------------------------------------------------------

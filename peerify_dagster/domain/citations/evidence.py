@@ -12,30 +12,48 @@ Two modes, as RefVerifier has them:
 
 Which blocks: windows come from prose only, the abstract and the paragraphs (main text and appendix); titles,
 author lines, headings, captions, tables, text drawn in figures, reference entries and checklists are left out (a
-caption or a table row is not a run of sentences, and reference entries would match the citance's own words). The
-merged mode shows the paper as the verifier would read it, so it keeps captions and tables (results live there)
-and leaves out only what is not the paper's own statement: title, author lines, headings, figure text, reference
-entries and checklists.
+caption or a table row is not a run of sentences, and reference entries would match the citance's own words).
+A paragraph block whose text is a table's cells or code (a parser that misses a float or a listing reads it as a
+paragraph) is given its own kind, `table` or `code` (`prose_kind`), and never mixed into prose windows. The merged
+mode shows the paper as the verifier would read it, so it keeps captions and tables (results live there) and leaves
+out only what is not the paper's own statement: title, author lines, headings, figure text, reference entries and
+checklists.
+
+Relevance: a window is shown only when it clears the retriever's relevance floor (`DEFAULT_RELEVANCE_FLOORS`); when
+the cited paper has prose but no window clears it, the pair's status is `no_relevant_passage` and the verdict stage
+answers Not Enough Information without a call.
 """
 
 from __future__ import annotations
 
+import math
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from peerify_dagster.domain.citations.options import DEFAULT_RELEVANCE_FLOORS
 from peerify_dagster.domain.citations.sentences import split_sentences
 from peerify_dagster.domain.layout.blocks import Block
+from peerify_dagster.domain.layout.lines import NUMERIC_TOKEN
 from peerify_dagster.domain.layout.regions import Region, regions_of_span
 from peerify_dagster.domain.predictions import estimated_tokens, prompt_window
 from peerify_dagster.domain.prompts import format_passages
-from peerify_dagster.domain.retrieval import PaperIndex, PassageScorer, build_retrievers
+from peerify_dagster.domain.retrieval import RETRIEVER_CONFIGS, PaperIndex, PassageScorer, build_retrievers, tokenize
 
-# citation_evidence's statuses: passages shown; the cited paper's full text could not be had; it has no prose.
+# citation_evidence's statuses: passages shown; the cited paper's full text could not be had; it has no prose; it
+# has prose but no window clears the relevance floor (no_relevant_passage).
 
 WINDOW_KINDS = frozenset({"abstract", "paragraph"})
+# A prose block read again: a table dump has mostly numbers among its words, code mostly assignments, calls and
+# braces. Shares, not counts, so a results sentence with a few figures ("from 24.6 to 24.1") stays prose.
+_CODE_TOKEN = re.compile(r"[={}]|^\w+(?:\.\w+)*\(|^(?:def|return|import|lambda|elif|print|var|const|#include)$")
+TABLE_NUMERIC_SHARE = 0.4
+CODE_TOKEN_SHARE = 0.2
+MIN_TOKENS_TO_JUDGE = 6
+
+NO_RELEVANT_PASSAGE_REASON = "no window of the cited paper clears the {retriever} relevance floor ({floors})"
 MERGED_KINDS = frozenset({"abstract", "paragraph", "caption", "table"})
 
 DEFAULT_WINDOW_SENTENCES = 3
@@ -76,15 +94,30 @@ def window_length(claim_type: str | None) -> int:
     return LONG_WINDOW_SENTENCES if claim_type in LONG_WINDOW_CLAIM_TYPES else DEFAULT_WINDOW_SENTENCES
 
 
+def prose_kind(block: Block) -> str:
+    """The block's kind as a window sees it: `table` for a paragraph or abstract whose words are mostly numbers, `code`
+    for one whose words are mostly code tokens, else the block's own kind."""
+    if block.kind not in WINDOW_KINDS:
+        return block.kind
+    tokens = block.text.split()
+    if len(tokens) < MIN_TOKENS_TO_JUDGE:
+        return block.kind
+    if sum(bool(NUMERIC_TOKEN.match(token)) for token in tokens) >= TABLE_NUMERIC_SHARE * len(tokens):
+        return "table"
+    if sum(bool(_CODE_TOKEN.search(token)) for token in tokens) >= CODE_TOKEN_SHARE * len(tokens):
+        return "code"
+    return block.kind
+
+
 def sentence_windows(cited_key: str, blocks: Sequence[Block], window_sentences: int) -> list[Window]:
-    """Every window of `window_sentences` consecutive sentences (stride 1) inside each abstract and paragraph block
-    of the cited paper, in reading order; a block with fewer sentences is one window. Other block kinds are left out
-    (see the module docstring)."""
+    """Every window of `window_sentences` consecutive sentences (stride 1) inside each prose block (abstract and
+    paragraph, `prose_kind`) of the cited paper, in reading order; a block with fewer sentences is one window. Other
+    kinds, tables and code read as paragraphs included, are left out (see the module docstring)."""
     if window_sentences < 1:
         raise ValueError(f"window_sentences must be at least 1, got {window_sentences}")
     windows: list[Window] = []
     for block in sorted(blocks, key=lambda item: item.order):
-        if block.kind not in WINDOW_KINDS:
+        if prose_kind(block) not in WINDOW_KINDS:
             continue
         spans = split_sentences(block.text)
         # Stride 1; a paragraph with fewer sentences than the window is one window.
@@ -102,6 +135,46 @@ def sentence_windows(cited_key: str, blocks: Sequence[Block], window_sentences: 
     return windows
 
 
+def floor_retrievers(retriever_name: str) -> tuple[str, ...]:
+    """The base retrievers whose floors a window of `retriever_name` must clear one of: hybrid's two, else its own
+    base's (a reranked configuration's base)."""
+    base = RETRIEVER_CONFIGS[retriever_name].base().name
+    return ("bm25", "dense") if base == "hybrid" else (base,)
+
+
+def no_relevant_passage_reason(retriever_name: str, floors: Mapping[str, float] | None = None) -> str:
+    """Why a ranking came back empty although the cited paper has prose windows, naming the floors."""
+    chosen = {**DEFAULT_RELEVANCE_FLOORS, **(floors or {})}
+    shown = " or ".join(f"{name} {chosen[name]:g}" for name in floor_retrievers(retriever_name))
+    return NO_RELEVANT_PASSAGE_REASON.format(retriever=retriever_name, floors=shown)
+
+
+def bm25_share(index: PaperIndex, query_text: str) -> np.ndarray:
+    """Per window, its BM25 score as a share of the most the query could score in this paper (every query term at
+    full saturation, idf * (k1 + 1); a term the paper never uses at the idf of a term in no window). Raw BM25 grows
+    with the paper's length through idf, and a one-window paper scores its best window near zero; the share reads
+    the same for a short paper and a long one."""
+    tokens = tokenize(query_text)
+    if not tokens or not index.bm25.avgdl:
+        return np.zeros(len(index))
+    bm25 = index.bm25
+    unseen_idf = math.log(1.0 + (bm25.corpus_size + 0.5) / 0.5)
+    attainable = sum(bm25.idf.get(token, unseen_idf) for token in tokens) * (bm25.k1 + 1)
+    return np.asarray(bm25.get_scores(tokens)) / attainable
+
+
+def _clears_floor(index: PaperIndex, query_text: str, query_vector: np.ndarray | None, retriever_name: str,
+                  floors: Mapping[str, float]) -> np.ndarray:
+    """Per window, whether it clears the floor of one of the retriever's bases (`floor_retrievers`)."""
+    clears = np.zeros(len(index), dtype=bool)
+    for name in floor_retrievers(retriever_name):
+        if name == "bm25":
+            clears |= bm25_share(index, query_text) >= floors["bm25"]
+        elif name == "dense" and index.embeddings is not None and query_vector is not None:
+            clears |= index.embeddings @ np.asarray(query_vector, dtype=np.float32) >= floors["dense"]
+    return clears
+
+
 def rank_windows(
     windows: Sequence[Window],
     query_text: str,
@@ -110,24 +183,32 @@ def rank_windows(
     query_vector: np.ndarray | None,
     k: int,
     reranker: PassageScorer | None = None,
+    floors: Mapping[str, float] | None = None,
 ) -> list[tuple[Window, float]]:
     """The top `k` windows for the query with the named retriever configuration of `RETRIEVER_CONFIGS` (the windows
     are the passages of a `PaperIndex`, so bm25 / dense / hybrid and their reranked variants rank them exactly as they
-    rank a manuscript's chunks), best first, with the retriever's score. `window_vectors` (one row per window) and
-    `query_vector` are needed by dense and hybrid; `reranker` by a `+rerank` configuration. Raises ValueError for a
-    configuration that cannot run (unknown, or reranked without a reranker) or missing vectors."""
+    rank a manuscript's chunks), best first, with the retriever's score, among the windows that clear the relevance
+    floor (`floors`: base retriever -> floor, over DEFAULT_RELEVANCE_FLOORS; see there): an empty list when the
+    paper has windows but none is relevant. `window_vectors` (one row per window) and `query_vector` are needed by
+    dense and hybrid; `reranker` by a `+rerank` configuration. Raises ValueError for a configuration that cannot run
+    (unknown, or reranked without a reranker) or missing vectors."""
     if k < 1:
         raise ValueError(f"k must be at least 1, got {k}")
     if not windows:
         return []
-    # A reranker rescores at least the predictions' pool of 20, and never fewer windows than are asked for.
-    available, unavailable = build_retrievers([retriever_name], reranker, pool=max(20, k), keep=k)
+    # A reranker rescores at least the predictions' pool of 20, and never fewer windows than are asked for; it keeps
+    # its whole pool so that the floor, not the pool's tail, decides what is cut.
+    pool = max(20, k)
+    available, unavailable = build_retrievers([retriever_name], reranker, pool=pool, keep=pool)
     if retriever_name in unavailable:
         raise ValueError(f"retriever {retriever_name!r}: {unavailable[retriever_name]}")
     index = PaperIndex(windows[0].cited_key, [window.passage_id for window in windows],
                        [window.text for window in windows], window_vectors)
-    hits = available[retriever_name].search(index, query_text, query_vector, k)
-    return [(windows[index.position(hit.chunk_id)], hit.score) for hit in hits]
+    hits = available[retriever_name].search(index, query_text, query_vector, len(index))
+    clears = _clears_floor(index, query_text, query_vector, retriever_name,
+                           {**DEFAULT_RELEVANCE_FLOORS, **(floors or {})})
+    relevant = [hit for hit in hits if clears[index.position(hit.chunk_id)]]
+    return [(windows[index.position(hit.chunk_id)], hit.score) for hit in relevant[:k]]
 
 
 # A clause ends at a semicolon, at a comma right after a citation marker (a parenthetical or numeric marker closes the

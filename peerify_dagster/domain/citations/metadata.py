@@ -29,7 +29,13 @@ from peerify_dagster.domain.citations.detection import fold_name
 from peerify_dagster.domain.citations.entries import ParsedEntry
 from peerify_dagster.domain.citations.options import METADATA_SERVICES
 from peerify_dagster.domain.citations.resolution import canonical_arxiv_id, entry_arxiv_id
-from peerify_dagster.domain.citations.titles import SAME_TITLE, normalise_title, title_similarity
+from peerify_dagster.domain.citations.titles import (
+    SAME_TITLE,
+    Spellings,
+    normalise_title,
+    repair_title,
+    title_similarity,
+)
 
 CROSSREF, OPENALEX, SEMANTIC_SCHOLAR = METADATA_SERVICES
 VALIDATED, UNVALIDATABLE, SUSPICIOUS = "validated", "unvalidatable", "suspicious"
@@ -283,9 +289,11 @@ RECORD_READERS = {CROSSREF: records_from_crossref, OPENALEX: records_from_openal
 def title_agreement(cited: str | None, recorded: str | None) -> float | None:
     """How alike two titles are (`title_similarity`); 1.0 when one is the other's main title (before its colon:
     "PaperMage" for "PaperMage: A Unified Toolkit ...") or begins it with MIN_LEADING_TITLE_WORDS words or more;
-    None when either is missing."""
+    None when either is missing. The cited title is compared repaired toward the record's spellings (`repair_title`:
+    "SciB-ERT" is the record's "SciBERT")."""
     if not cited or not recorded or not normalise_title(cited) or not normalise_title(recorded):
         return None
+    cited = repair_title(cited, candidate=Spellings.of([recorded]))
     for whole, part in ((cited, recorded), (recorded, cited)):
         if ":" in whole and normalise_title(whole.split(":", 1)[0]) == normalise_title(part):
             return 1.0

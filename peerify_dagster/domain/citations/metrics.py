@@ -33,6 +33,7 @@ from peerify_dagster.domain.citations.verdicts import (
     STATUS_ERROR,
     STATUS_NO_CITED_PAPER,
     STATUS_NO_PASSAGES,
+    STATUS_NO_RELEVANT_PASSAGE,
     STATUS_OK,
     STATUS_PARSE_FAILED,
     STATUS_TOO_LONG,
@@ -300,8 +301,10 @@ def _verdicts(verdicts: pl.DataFrame, gold: Mapping[tuple[str, str], str] | None
         for label in CITATION_LABELS:
             rows.append(_row("verdicts", f"{label} share ({scope})", _share(labels[label], n), n,
                              note="n/a: RefVerifier publishes agreement, not its distribution of verdicts"
-                                  + ("; includes the pairs whose cited paper could not be had (no call)"
-                                     if label == NOT_ENOUGH_INFORMATION and statuses[STATUS_NO_CITED_PAPER] else "")))
+                                  + ("; includes the pairs given it without a call (cited paper not had, or no "
+                                     "passage of it relevant)" if label == NOT_ENOUGH_INFORMATION and (
+                                         statuses[STATUS_NO_CITED_PAPER] or statuses[STATUS_NO_RELEVANT_PASSAGE])
+                                     else "")))
         no_verdict = sum(statuses[status] for status in _NO_VERDICT_STATUSES)
         detail = ", ".join(f"{status} {statuses[status]}" for status in _NO_VERDICT_STATUSES if statuses[status])
         rows.append(_row("verdicts", f"no verdict share ({scope})", _share(no_verdict, n), n,
@@ -309,6 +312,10 @@ def _verdicts(verdicts: pl.DataFrame, gold: Mapping[tuple[str, str], str] | None
         rows.append(_row("verdicts", f"no cited paper share ({scope})", _share(statuses[STATUS_NO_CITED_PAPER], n), n,
                          note="Not Enough Information without a call: the cited paper could not be had; "
                               "n/a: RefVerifier publishes none"))
+        rows.append(_row("verdicts", f"no relevant passage share ({scope})",
+                         _share(statuses[STATUS_NO_RELEVANT_PASSAGE], n), n,
+                         note="Not Enough Information without a call: no passage of the cited paper cleared the "
+                              "retriever's relevance floor; n/a: RefVerifier publishes none"))
         answered = Counter(row["label"] for row in group if row["status"] == STATUS_OK and row["label"] is not None)
         if sentence := one_label_sentence(verifier, mode, answered):
             top = max(answered.values())

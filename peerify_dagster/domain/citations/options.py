@@ -24,6 +24,15 @@ EVIDENCE_MODES = (MODE_WINDOWS, MODE_MERGED)
 # The retrievers a window ranking may use; a reranked one needs the reranker resource like the predictions' do.
 WINDOW_RETRIEVERS = tuple(RETRIEVER_CONFIGS)
 
+# The relevance floor, per base retriever, on its own scale. BM25 is read as a share of the most the query could
+# score in the paper (evidence.bm25_share; raw BM25 grows with the paper's length): on the sample venue's papers an
+# unrelated claim reaches at most 0.06, the windows a citing sentence was written from 0.08-0.4. Dense is the cosine
+# of MiniLM vectors: an unrelated claim against an ML paper reaches 0.3-0.37, the window a claim was written from
+# 0.5-0.8. Hybrid's fused score only ranks (1 / (60 + rank): the same numbers for any query), so a hybrid window must
+# clear the floor of BM25 or of dense; a reranked retriever keeps its base's floor (a cross-encoder's scale is its own
+# model's). Venues set them in `citations.relevance_floor`.
+DEFAULT_RELEVANCE_FLOORS: Mapping[str, float] = {"bm25": 0.07, "dense": 0.4}
+
 
 class CitationOptionsError(ValueError):
     """A `citations:` option that cannot be used; the message names the option."""
@@ -38,6 +47,8 @@ class CitationOptions:
     resolve: tuple[str, ...] = OFFLINE_SOURCES  # of RESOLVE_SOURCES, tried in this order
     retriever: str = "hybrid"
     k: int = 3  # passages of the cited paper shown per citance
+    # base retriever (bm25, dense) -> the score a window must reach to be shown (DEFAULT_RELEVANCE_FLOORS)
+    relevance_floor: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_RELEVANCE_FLOORS))
     modes: tuple[str, ...] = (MODE_WINDOWS,)
     enrichment: bool = False  # the citance tagger (an LLM call per citance)
 
@@ -56,6 +67,13 @@ class CitationOptions:
         k = options.get("k", cls.k)
         if not isinstance(k, int) or isinstance(k, bool) or k < 1:
             raise CitationOptionsError(f"k must be a positive integer, got {k!r}")
+        floors = options.get("relevance_floor") or {}
+        if not isinstance(floors, Mapping) or not all(
+                name in DEFAULT_RELEVANCE_FLOORS and isinstance(value, (int, float)) and not isinstance(value, bool)
+                for name, value in floors.items()):
+            raise CitationOptionsError(f"relevance_floor maps a retriever of {list(DEFAULT_RELEVANCE_FLOORS)} to a "
+                                       f"number, got {floors!r}")
+        options["relevance_floor"] = {**DEFAULT_RELEVANCE_FLOORS, **{name: float(v) for name, v in floors.items()}}
         base_urls = options.get("base_urls") or {}
         if not isinstance(base_urls, Mapping) or not all(
                 key in (*METADATA_SERVICES, SOURCE_ARXIV) and isinstance(url, str) for key, url in base_urls.items()):

@@ -16,14 +16,20 @@ from __future__ import annotations
 
 import re
 import xml.etree.ElementTree as ElementTree
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import Any, TypeVar
 
 from peerify_dagster.domain.citations.entries import ParsedEntry
 from peerify_dagster.domain.citations.options import SOURCE_VENUE
-from peerify_dagster.domain.citations.titles import SAME_TITLE, normalise_title, title_in_text, title_similarity
+from peerify_dagster.domain.citations.titles import (
+    Spellings,
+    normalise_title,
+    repair_title,
+    title_in_text,
+    title_similarity,
+)
 from peerify_dagster.domain.layout.blocks import Block
 
 RESOLVED, UNRESOLVED, REJECTED = "resolved", "unresolved", "rejected"
@@ -179,9 +185,51 @@ class LibraryFile:
     def first_page_words(self) -> frozenset[str]:
         return frozenset(normalise_title(self.first_page_text).split())
 
+    @cached_property
+    def spellings(self) -> Spellings:
+        """How the first page writes its words: what a cited title broken at a line end is repaired toward."""
+        return Spellings.of([self.first_page_text])
+
 
 def _title_words(title: str | None) -> list[str]:
     return normalise_title(title or "").split()
+
+
+def below_threshold(best: str, score: float, threshold: float) -> str:
+    """How a refusal names the closest candidate: "best 'X' scored 0.78 < 0.80"."""
+    return f"best {best} scored {score:.2f} < {threshold:.2f}"
+
+
+def _repaired_on_page(title: str, item: LibraryFile) -> tuple[str, float]:
+    """The title repaired toward the file's first page, and the share of its words the page holds anywhere (what
+    `title_in_text` cannot exceed: a cheap, exact bound before the windowed comparison)."""
+    repaired = repair_title(title, candidate=item.spellings) or ""
+    words = _title_words(repaired)
+    return repaired, sum(word in item.first_page_words for word in words) / len(words) if words else 0.0
+
+
+def _library_title_score(title: str, item: LibraryFile, floor: float) -> float | None:
+    """`title_in_text` of the title repaired toward the file's first page; None, without computing it, when the page
+    holds less than `floor` of the title's words."""
+    repaired, share = _repaired_on_page(title, item)
+    return title_in_text(repaired, item.first_page_text) if share and share >= floor else None
+
+
+def closest_library_title(entry: ParsedEntry, files: Sequence[LibraryFile]) -> tuple[LibraryFile, float] | None:
+    """The library file whose first page holds most of the entry's title in order (what a refusal names), with its
+    score; None when no page holds any of its words. Files are scored in order of their bound, until none left can
+    score more."""
+    bounded = sorted(((share, item.name, repaired, item) for item in files
+                      for repaired, share in [_repaired_on_page(entry.title or "", item)] if share > 0),
+                     key=lambda row: (-row[0], row[1]))
+    best: tuple[LibraryFile, float] | None = None
+    for share, _name, repaired, item in bounded:
+        if best is not None and share <= best[1]:
+            break
+        score = title_in_text(repaired, item.first_page_text)
+        if best is None or score > best[1]:
+            best = (item, score)
+    return best
 
 
 def match_library(entry: ParsedEntry, files: Sequence[LibraryFile]) -> list[tuple[LibraryFile, str]]:
@@ -204,30 +252,30 @@ def match_library(entry: ParsedEntry, files: Sequence[LibraryFile]) -> list[tupl
     if arxiv_id:
         add((item for item in files if arxiv_id_of_name(item.name) == arxiv_id), BY_ARXIV_IN_NAME)
         add((item for item in files if arxiv_id in item.arxiv_ids), BY_ARXIV_ON_PAGE)
-    words = _title_words(entry.title)
-    if len(words) >= MIN_MATCHING_TITLE_WORDS:
+    if len(_title_words(entry.title)) >= MIN_MATCHING_TITLE_WORDS:
         scored = []
         for item in files:
-            # title_in_text cannot exceed the share of the title's words the page holds at all: a cheap, exact filter
-            # before the windowed comparison.
-            if sum(word in item.first_page_words for word in words) < RIGHT_PAPER_THRESHOLD * len(words):
-                continue
-            score = title_in_text(entry.title, item.first_page_text)
-            if score >= RIGHT_PAPER_THRESHOLD:
+            score = _library_title_score(entry.title or "", item, RIGHT_PAPER_THRESHOLD)
+            if score is not None and score >= RIGHT_PAPER_THRESHOLD:
                 scored.append((-score, -title_similarity(entry.title, item.title_guess), item.name, item))
         for *_, item in sorted(scored, key=lambda row: row[:3]):
             found.setdefault(item.name, (item, BY_TITLE))
     return list(found.values())
 
 
-def match_venue_manuscript(entry: ParsedEntry, manuscripts: Mapping[str, str]) -> tuple[str, float] | None:
-    """The venue manuscript (paper id -> title; the citing paper left out by the caller) whose title is the entry's
-    (`SAME_TITLE`), the most alike first, with its similarity; None when none is."""
-    if not entry.title:
+Key = TypeVar("Key", bound=Hashable)
+
+
+def closest_title(cited: str | None, titles: Mapping[Key, str]) -> tuple[Key, float] | None:
+    """The key of the title most like the cited one (the cited title repaired toward each: `repair_title`), with its
+    `title_similarity`, the first on a tie; None when there is no title or no cited title. Whether it is the cited
+    work (`SAME_TITLE`) is the caller's to judge, and to say with the score when it is not."""
+    if not cited or not titles:
         return None
-    best = max(((title_similarity(entry.title, title), paper_id) for paper_id, title in manuscripts.items()),
-               default=None)
-    return (best[1], best[0]) if best and best[0] >= SAME_TITLE else None
+    scored = ((title_similarity(repair_title(cited, candidate=Spellings.of([title])), title), key)
+              for key, title in titles.items())
+    best_score, best_key = max(scored, key=lambda pair: pair[0])
+    return best_key, best_score
 
 
 def first_page_text(blocks: Sequence[Block]) -> str:
@@ -236,18 +284,23 @@ def first_page_text(blocks: Sequence[Block]) -> str:
     return "\n".join(block.text for block in sorted(blocks, key=lambda block: block.order) if block.page == first)
 
 
+def right_paper_needs(title: str | None) -> float:
+    """The right-paper score a title must reach. A short title's words turn up on many first pages ("The ACL
+    anthology network corpus": 4 of 5 on an unrelated ACL paper's), so a title of SHORT_TITLE_WORDS words or fewer
+    must be there whole."""
+    return 1.0 if len(_title_words(title)) <= SHORT_TITLE_WORDS else RIGHT_PAPER_THRESHOLD
+
+
 def right_paper(entry: ParsedEntry, first_page: str, metadata_title: str | None = None) -> tuple[float, bool]:
     """(score, ok): whether a full text is the cited paper. The entry's title (else the metadata's, e.g. arXiv's
-    record for the id) must be found on the first page (`title_in_text` >= `RIGHT_PAPER_THRESHOLD`). With no title
-    at all, the entry's DOI or arXiv id printed on the first page is the only evidence (score 1.0), else 0.0."""
+    record for the id), repaired toward the page's spellings (`repair_title`), must be found on the first page
+    (`title_in_text` >= `right_paper_needs`). With no title at all, the entry's DOI or arXiv id printed on the first
+    page is the only evidence (score 1.0), else 0.0."""
     page = clean_page_text(first_page)
-    title = entry.title or metadata_title
-    if words := _title_words(title):
-        score = title_in_text(title, page)
-        # A short title's words turn up on many first pages ("The ACL anthology network corpus": 4 of 5 on an
-        # unrelated ACL paper's), so a title of SHORT_TITLE_WORDS words or fewer must be there whole.
-        needed = 1.0 if len(words) <= SHORT_TITLE_WORDS else RIGHT_PAPER_THRESHOLD
-        return score, score >= needed
+    cited = entry.title or metadata_title
+    if _title_words(cited):
+        score = title_in_text(repair_title(cited, candidate=Spellings.of([page])), page)
+        return score, score >= right_paper_needs(cited)
     arxiv_id = entry_arxiv_id(entry)
     printed = bool(entry.doi and entry.doi.lower() in dois_in_text(page)) or bool(
         arxiv_id and arxiv_id in arxiv_ids_in_text(page))
@@ -313,12 +366,6 @@ def parse_arxiv_feed(body: bytes | str) -> list[ArxivRecord]:
             doi=_text(entry.find(f"{{{ARXIV_NS}}}doi")).lower() or None,
         ))
     return records
-
-
-def best_title_hit(title: str, records: Sequence[ArxivRecord]) -> tuple[ArxivRecord, float] | None:
-    """The search hit whose title is the cited one (`SAME_TITLE`), the most alike first."""
-    best = max(((title_similarity(title, record.title), index) for index, record in enumerate(records)), default=None)
-    return (records[best[1]], best[0]) if best and best[0] >= SAME_TITLE else None
 
 
 # --- attempts and the entry's resolution -----------------------------------------------------------------------

@@ -121,3 +121,39 @@ def split_sentences(text: str) -> list[tuple[int, int]]:
             spans.append((left, left + len(stripped)))
         start = cut
     return spans
+
+
+# ---- what is not prose --------------------------------------------------------------------------------------
+# Code a parser left in a paragraph: an interpreter prompt, attribute access with a call or an index
+# ("doc.sentences[2]", "np.mean("), a slice, an empty call, an operator prose never writes ("==", not "->": "En->De"),
+# a definition or an import.
+_CODE = re.compile(
+    r"^\s*(?:>>>|\$ |In \[\d+\]:)|\b[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+[\[(]|\w\[-?\d*:-?\d*\]|\b\w+\(\)"
+    r"|==|!=|\+=|\bdef \w+\(|^\s*(?:import \w|from [\w.]+ import\b)"
+)
+# A running head or footer the parser kept in the text: "31st Conference on Neural Information Processing Systems
+# (NIPS 2017), Long Beach", "Published as a conference paper at ICLR 2020", "Manuscript submitted to ACM".
+_RUNNING_HEAD = re.compile(
+    r"\b\d+(?:st|nd|rd|th)\s+(?:Annual\s+)?(?:Conference|Meeting|Workshop|Symposium)\b"
+    r"|\b(?:Published as a conference paper at|Under review as a conference paper at|Manuscript submitted to)\b",
+    re.IGNORECASE,
+)
+_TABLE_CELLS = 3  # a row of at least three numeric cells, half the row or more, reads as a table row
+
+
+def _is_table_row(sentence: str) -> bool:
+    from peerify_dagster.domain.layout.lines import NUMERIC_TOKEN  # at call time: layout -> prompts -> citations
+
+    # A bracketed number is a marker, not a cell: "prior work [1] [2] [3]" is prose.
+    tokens = sentence.split()
+    cells = sum(1 for token in tokens if NUMERIC_TOKEN.match(token) and not token.startswith("["))
+    return cells >= _TABLE_CELLS and 2 * cells >= len(tokens)
+
+
+def is_prose(sentence: str) -> bool:
+    """Whether a sentence is running prose rather than code, a table row, a float's caption or a running head that
+    a parser left inside a paragraph: their brackets, numbers and parentheses are no citations."""
+    from peerify_dagster.domain.layout.floats import is_caption  # at call time: layout -> prompts -> citations
+
+    return not (_CODE.search(sentence) or _RUNNING_HEAD.search(sentence) or is_caption(sentence)
+                or _is_table_row(sentence))

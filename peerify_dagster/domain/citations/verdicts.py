@@ -3,10 +3,12 @@ one of RefVerifier's four verdicts, the verdicts given without a call, and the c
 answer.
 
 Statuses of a verdict: `ok` (a call whose answer gave a verdict), `no_cited_paper` (the cited paper's full text
-could not be had: Not Enough Information, no call, never a guess), `too_long` (merged mode: the paper does not fit
-the verifier's window; no call, no verdict), `parse_failed` (a call whose answer gave no verdict), `error` (the call
-failed). Answers are read tolerantly, as a model writes them (fences and chatter around the JSON, case, synonyms such
-as "Unsupported" or "NEI", the key `label` for `verdict`), but a verdict is never invented from prose.
+could not be had: Not Enough Information, no call, never a guess), `no_relevant_passage` (the cited paper was had
+but no window of it clears the retriever's relevance floor: Not Enough Information, no call), `too_long` (merged
+mode: the paper does not fit the verifier's window; no call, no verdict), `parse_failed` (a call whose answer gave no
+verdict), `error` (the call failed). Answers are read tolerantly, as a model writes them (fences and chatter around
+the JSON, case, synonyms such as "Unsupported" or "NEI", the key `label` for `verdict`), but a verdict is never
+invented from prose.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ STATUS_TOO_LONG = "too_long"
 STATUS_PARSE_FAILED = "parse_failed"
 STATUS_ERROR = "error"
 STATUS_NO_PASSAGES = "no_passages"  # the cited paper was had, but it has no prose to show (no call, no verdict)
+STATUS_NO_RELEVANT_PASSAGE = "no_relevant_passage"  # it has prose, none relevant (Not Enough Information, no call)
 STATUS_OFF = "off"  # citance_enrichment: the venue did not ask for the tagger
 
 # Peerify's labels map onto the citation verdicts in order; its fourth (Not Determined and its synonyms) reads as
@@ -103,6 +106,13 @@ def no_cited_paper(reason: str) -> Verdict:
     """Not Enough Information without a call: the cited paper's full text could not be had (`reason`: why)."""
     return Verdict(STATUS_NO_CITED_PAPER, NOT_ENOUGH_INFORMATION,
                    f"No model was asked: the cited paper's full text could not be had ({reason}).", reason)
+
+
+def no_relevant_passage(reason: str) -> Verdict:
+    """Not Enough Information without a call: the cited paper was had, but no window of it clears the retriever's
+    relevance floor (`reason`: which floor), so nothing in it addresses the claim as far as retrieval can tell."""
+    return Verdict(STATUS_NO_RELEVANT_PASSAGE, NOT_ENOUGH_INFORMATION,
+                   f"No model was asked: no passage of the cited paper is relevant to the claim ({reason}).", reason)
 
 
 def too_long(reason: str) -> Verdict:
