@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from peerify_dagster.domain.citations.detection import CLAIM_TYPES
 from peerify_dagster.domain.citations.evidence import no_relevant_passage_reason
 from peerify_dagster.domain.citations.verdicts import (
     CITATION_LABELS,
@@ -33,7 +32,7 @@ from peerify_dagster.domain.citations.verdicts import (
     too_long,
     verdict_variables,
 )
-from peerify_dagster.domain.citations.vocabulary import HEDGE_LEVELS
+from peerify_dagster.domain.citations.vocabulary import CLAIM_TYPES, HEDGE_LEVELS
 from peerify_dagster.domain.llm_calls import parse_answer, validate_against_schema
 from peerify_dagster.domain.prompts import load_prompt
 from peerify_dagster.resources.lake import Lake

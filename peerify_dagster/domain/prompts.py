@@ -19,8 +19,7 @@ from typing import Any
 
 import yaml
 
-from peerify_dagster.domain.citations.detection import CLAIM_TYPES
-from peerify_dagster.domain.citations.vocabulary import CITATION_LABELS, HEDGE_LEVELS
+from peerify_dagster.domain.citations.vocabulary import CITATION_LABELS, CLAIM_TYPES, HEDGE_LEVELS
 from peerify_dagster.domain.labels import LABELS
 from peerify_dagster.domain.llm_calls import Message, render_messages
 

@@ -22,7 +22,6 @@ from peerify_dagster.domain.citations.entries import ParsedEntry
 from peerify_dagster.domain.citations.sentences import is_prose, split_sentences
 
 NUMERIC, AUTHOR_YEAR, NARRATIVE, SUPERSCRIPT = "numeric", "author_year", "narrative", "superscript"
-CLAIM_TYPES = ("causal", "predictive", "comparative", "quantitative", "descriptive")
 
 
 @dataclass(frozen=True)

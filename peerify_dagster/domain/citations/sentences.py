@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import re
 
+from peerify_dagster.domain.layout.floats import is_caption
+from peerify_dagster.domain.layout.lines import NUMERIC_TOKEN
+
 # Tokens ending in "." that do not end a sentence (compared lower-cased, without the final dot). Words that can
 # end a sentence as often as not ("etc.", "min." after a duration, "Inc.") are left out: the next word decides.
 _ABBREVIATIONS = frozenset({
@@ -142,8 +145,6 @@ _TABLE_CELLS = 3  # a row of at least three numeric cells, half the row or more,
 
 
 def _is_table_row(sentence: str) -> bool:
-    from peerify_dagster.domain.layout.lines import NUMERIC_TOKEN  # at call time: layout -> prompts -> citations
-
     # A bracketed number is a marker, not a cell: "prior work [1] [2] [3]" is prose.
     tokens = sentence.split()
     cells = sum(1 for token in tokens if NUMERIC_TOKEN.match(token) and not token.startswith("["))
@@ -153,7 +154,5 @@ def _is_table_row(sentence: str) -> bool:
 def is_prose(sentence: str) -> bool:
     """Whether a sentence is running prose rather than code, a table row, a float's caption or a running head that
     a parser left inside a paragraph: their brackets, numbers and parentheses are no citations."""
-    from peerify_dagster.domain.layout.floats import is_caption  # at call time: layout -> prompts -> citations
-
     return not (_CODE.search(sentence) or _RUNNING_HEAD.search(sentence) or is_caption(sentence)
                 or _is_table_row(sentence))

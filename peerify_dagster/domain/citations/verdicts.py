@@ -18,8 +18,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from peerify_dagster.domain.citations.detection import CLAIM_TYPES
-from peerify_dagster.domain.citations.vocabulary import CITATION_LABELS, HEDGE_LEVELS, NOT_ENOUGH_INFORMATION
+from peerify_dagster.domain.citations.vocabulary import (
+    CITATION_LABELS,
+    CLAIM_TYPES,
+    HEDGE_LEVELS,
+    NOT_ENOUGH_INFORMATION,
+)
 from peerify_dagster.domain.labels import LABELS, normalise_label
 from peerify_dagster.domain.llm_calls import JsonExtractionError, extract_json_object
 from peerify_dagster.domain.prompts import format_passages

@@ -12,6 +12,7 @@ NOT_ENOUGH_INFORMATION = "Not Enough Information"
 # matter of opinion, whereas a citation's fourth verdict says only that the cited paper's text does not address it.
 CITATION_LABELS: tuple[str, ...] = (SUPPORTED, PARTIALLY_SUPPORTED, NOT_SUPPORTED, NOT_ENOUGH_INFORMATION)
 
-# How hedged a citing sentence is, as the citance tagger says (the rule-based detector says only whether it is; the
-# claim types are detection.CLAIM_TYPES).
+# What a citing sentence claims of the cited work (the rule-based detector's and the citance tagger's types), and how
+# hedged it is, as the citance tagger says (the rule-based detector says only whether it is).
+CLAIM_TYPES: tuple[str, ...] = ("causal", "predictive", "comparative", "quantitative", "descriptive")
 HEDGE_LEVELS: tuple[str, ...] = ("none", "weak", "strong")
