@@ -69,7 +69,9 @@ from peerify_dagster.domain.layout.lines import (
     clean_line_text,
     is_bold_font,
     is_italic_font,
+    is_superscript_word,
     unreadable_share,
+    with_superscripts,
 )
 from peerify_dagster.domain.layout.regions import LineRegion, Region, merge_regions
 from peerify_dagster.resources.parse_cache import ParseCache
@@ -405,7 +407,12 @@ def _line_from_words(page_no: int, cell: Any, box: Any, words: list[tuple[Any, A
     faces = Counter()
     for word, _ in words:
         faces[word.font_name.split("+")[-1]] += len(word.text)
-    return TextLine(page_no, box.l, box.t, box.r, box.b, size, bold, cell.text, italic=italic, lead_emphasis=lead_words,
+    baselines = Counter(round(word_box.b * 4) / 4 for _, word_box in words)
+    baseline = max(baselines.items(), key=lambda item: (item[1], item[0]))[0]
+    raised = [(word.text, is_superscript_word(word.text, word_box.b - word_box.t, word_box.b, size, baseline))
+              for word, word_box in words]
+    text = with_superscripts(cell.text, raised) if any(flag for _, flag in raised) else cell.text
+    return TextLine(page_no, box.l, box.t, box.r, box.b, size, bold, text, italic=italic, lead_emphasis=lead_words,
                     font=faces.most_common(1)[0][0])
 
 

@@ -390,6 +390,9 @@ def _first_sentence(text: str) -> tuple[str, str]:
         if token in _ABBREVIATIONS:
             continue
         keep = match.group(0)[0] in "?!"
+        following = text[match.end():].lstrip()
+        if keep and following[:1].islower() and not _VENUE_START.match(following):
+            continue  # "What's in a name? exploring ...": a lower-case subtitle goes on with the title
         title, rest = text[:match.start() + (1 if keep else 0)].strip(), text[match.end():]
         if keep and (subtitle := _subtitle(rest)):
             return f"{title} {subtitle[0]}", subtitle[1]
@@ -489,6 +492,13 @@ class _Fields:
     venue: str | None = None
 
 
+# What is left of an author list the name reader stopped in ("Romero. J. J. et al.", "J. B., Fornstedt-Wallin, B.,
+# Hedman, A. et al."): capitalised words, initials, "and" and punctuation up to "et al.", which says the names go on
+# to there; the names read before the slip are kept. Without "et al." a title in title case would pass for names.
+# Possessive and atomic: a word in capitals ("ACL") is read one way only, so a tail without "et al." fails at once.
+_NAMES_TAIL = re.compile(rf"(?:[\s.,;:&-]|\band\b|(?>{_NAME_WORD}))*+(?i:{_ET_AL.pattern})[\s.,;:(]*")
+
+
 def _year_after_names(text: str) -> tuple[_Names | None, re.Match[str]] | None:
     """The year that follows the authors ("... and Russell Power. 2017.", "Ammar, W., ... (2018).") or opens the
     entry ("[1] 2021. Fermat's Library."): (names, year match), the names None in the second case."""
@@ -503,7 +513,7 @@ def _year_after_names(text: str) -> tuple[_Names | None, re.Match[str]] | None:
         if not names_text:
             return None, match
         names = _read_names(names_text, lenient=True)
-        if names and not names_text[names.end:].strip(" .,;:"):
+        if names and (not names_text[names.end:].strip(" .,;:") or _NAMES_TAIL.fullmatch(names_text[names.end:])):
             return names, match
     return None
 
@@ -580,9 +590,13 @@ def _compose_accents(text: str) -> str:
     return unicodedata.normalize("NFC", composed)
 
 
+# "DonaldW. Smith": a text layer that lost the space before a middle initial.
+_GLUED_INITIAL = re.compile(rf"\b({_UP}[a-z]{{2,}})({_UP}\.)(?=\s)")
+
+
 def parse_entry(raw_text: str, index: int) -> ParsedEntry:
     """One reference entry's fields (see the module docstring); never raises on the entry's text."""
-    text = _compose_accents(normalise_whitespace(raw_text.replace("\n", " ")))
+    text = _GLUED_INITIAL.sub(r"\1 \2", _compose_accents(normalise_whitespace(raw_text.replace("\n", " "))))
     if not text:
         return ParsedEntry(index=index, raw_text=raw_text, status=UNPARSED, reason="empty entry")
     label, label_method, body = _take_label(text)
@@ -648,8 +662,12 @@ class _Piece:
 _IDENTIFIER_TAIL = re.compile(r"^(?:(?:https?://|www\.|doi\s*:|10\.\d{4,9}/)\S*|[\w.~-]*[/][\w./~#?=&%-]*|"
                               r"[\w-]*\d[\w-]*(?:\.[\w-]+)+)[.,;]?$", re.IGNORECASE)
 # Where a second entry starts inside a block of an unlabelled list: after an entry's last sentence.
-_ENTRY_BREAK = re.compile(r"(?<=[.)\]])\s+(?=\S)")
+_ENTRY_BREAK = re.compile(r"(?<=[.)\]\d])\s+(?=\S)")  # an entry may end on its pages: "pages 519-526"
 _MIN_ENTRY_CHARS = 30
+# A page's furniture that the layout left among the entries: a page number, a publisher's line.
+_PAGE_FURNITURE = re.compile(r"(?:page\s+)?\d{1,4}(?:\s+of\s+\d{1,4})?|(?:to access this journal|available online|"
+                             r"downloaded from|published online|copyright\b|©|all rights reserved|for personal use)"
+                             r".*", re.IGNORECASE)
 _LABELLED_SHARE = 0.5
 
 
@@ -735,7 +753,7 @@ def _continues(piece: _Piece, previous: _Piece, labelled_list: bool, list_method
 def _pieces(blocks: Sequence[Block]) -> list[_Piece]:
     references = [block for block in sorted(blocks, key=lambda item: item.order) if block.kind == "reference"]
     pieces = [_Piece([BlockSpan(block.order, 0, len(block.text))], block.text) for block in references
-              if block.text.strip()]
+              if block.text.strip() and not _PAGE_FURNITURE.fullmatch(block.text.strip())]
     methods = Counter(_label_of(piece.text)[1] for piece in pieces)
     list_method, count = max(methods.items(), key=lambda item: item[1]) if methods else (None, 0)
     labelled = list_method is not None and count >= _LABELLED_SHARE * len(pieces)

@@ -1,7 +1,9 @@
 """Citances: the sentences of a manuscript's body that cite, their citation markers, and the markers resolved to
 reference entries.
 
-Marker styles: numeric (`[5]`, `[3, 7-9]`, `[12–14]`, `[5, Thm. 2]`, alphanumeric labels `[KW17]`), author-year
+Marker styles: numeric (`[5]`, `[3, 7-9]`, `[12–14]`, `[5, Thm. 2]`, alphanumeric labels `[KW17]`), round-bracket
+numeric (`(11, 15)`, `(12)`, `(3-5)`: counted only in a paper whose numbered reference list they resolve to, since
+equation numbers and enumerations look the same), author-year
 groups in brackets (`(Smith et al., 2020)`, `(Smith and Lee 2019a; Wu 2021)`, `(e.g., Smith, 2020)`,
 `[Smith et al. 2020]`), narrative (`Smith et al. (2020) show`, `Smith and Lee [2019]`, `Smith's (2020a)`, `Smith
 et al. 2020`) and Unicode superscripts (`effect¹²`, `effect.¹⁻³`). What looks like a marker but is not one is told
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -22,6 +25,8 @@ from peerify_dagster.domain.citations.entries import ParsedEntry
 from peerify_dagster.domain.citations.sentences import is_prose, split_sentences
 
 NUMERIC, AUTHOR_YEAR, NARRATIVE, SUPERSCRIPT = "numeric", "author_year", "narrative", "superscript"
+ROUND_NUMERIC = "round_numeric"
+LABEL_STYLES = (NUMERIC, ROUND_NUMERIC, SUPERSCRIPT)  # resolved by the entry's label
 
 
 @dataclass(frozen=True)
@@ -30,7 +35,7 @@ class Marker:
     -> "3", "7", "8", "9"), author-year works as "<first surname, lower ASCII>|<year><suffix>" ("smith|2019a")."""
 
     text: str
-    style: str  # numeric | author_year | narrative | superscript
+    style: str  # numeric | round_numeric | author_year | narrative | superscript
     start: int  # offsets in the text the marker was found in
     end: int
     keys: tuple[str, ...]
@@ -114,6 +119,8 @@ _NUMERIC = re.compile(
 )
 # Physics writes "Ref. 12" and "Refs. 3-5" without brackets.
 _REF_WORD = re.compile(rf"\bRefs?\.\s*(?P<items>{_NUMBER_ITEM}(?:\s*(?:,|,?\s*and)\s*{_NUMBER_ITEM})*)(?!\d|\.\d)")
+# "(11, 15)", "(12)", "(3-5)": never glued to a word or a symbol before it ("f(1)", "x(2)") or after it ("(1)-th").
+_ROUND_NUMERIC = re.compile(rf"(?<![\w)\]])\((?P<items>{_NUMBER_ITEM}(?:\s*[,;]\s*{_NUMBER_ITEM})*)\)(?![\w(-])")
 _SUPERSCRIPT_DIGITS = "⁰¹²³⁴⁵⁶⁷⁸⁹"
 _SUPERSCRIPT = re.compile(rf"[{_SUPERSCRIPT_DIGITS}]+(?:\s?[,⁻–-]\s?[{_SUPERSCRIPT_DIGITS}]+)*")
 _TO_DIGITS = str.maketrans(_SUPERSCRIPT_DIGITS + "⁻", "0123456789-")
@@ -134,6 +141,7 @@ _OWN_PART = re.compile(r"(?:\b(?:Eqs?|Eqns?|Figs?|Tabs?|Secs?|Sect|Thm|Lem|Def|P
                        r"\b(?:Equations?|Figures?|Tables?|Sections?|Chapter|Appendix|Steps?|Lines?|Theorem|Lemma|"
                        r"Definition|Proposition|Corollary|Algorithm)|\b(?:equations?|eqs?\.?))\s*$")
 _MAX_RANGE = 100  # "[3-900]" is no range of references
+_MAX_NAMES_CHARS = 400  # where an entry's own "et al." may stand: among its authors, before its title
 
 
 def fold_name(name: str) -> str:
@@ -180,16 +188,59 @@ def _numeric_markers(text: str) -> list[Marker]:
             continue  # references count from 1: "[0, 1]" is an interval
         if re.match(r"-?[^\W\d_]", text[match.end():match.end() + 2]):
             continue  # a chemical locant or a name part: "[1,3]-dipolar", "[60]fullerene"
-        if _previous_char(text, match.start()) in _MATH_BEFORE or text[match.end():].lstrip()[:1] in _MATH_AFTER:
-            continue  # "x ∈ [1, 10]", "[1, 2]^2", "f: [1, 10] → R"
-        if _OWN_PART.search(text[max(0, match.start() - 20):match.start()]):
-            continue
-        previous = _previous_word(text, match.start())
-        if previous in _VALUE_WORDS or (len(keys) == 2 and previous in _RANGE_WORDS):
-            continue
+        if _is_value(text, match.start(), match.end(), keys):
+            continue  # "x ∈ [1, 10]", "[1, 2]^2", "Eq. [3]", "the interval [1, 10]"
         if re.search(r"(?<![^\W\d_])[^\W\d_]$", text[max(0, match.start() - 2):match.start()]):
             continue  # indexing a one-letter symbol: "x[1]", "a[2, 3]"
         markers.append(Marker(match.group(0), NUMERIC, match.start(), match.end(), tuple(keys)))
+    return markers
+
+
+def _is_value(text: str, start: int, end: int, keys: Sequence[str]) -> bool:
+    """A bracketed group of numbers that is a value or a pointer to the paper's own parts, not a citation: after a
+    relation ("x ∈ [1, 10]"), before an operator ("[1, 2]^2"), after "Eq." or "Table", after "vector" or (two numbers)
+    "interval"."""
+    if _previous_char(text, start) in _MATH_BEFORE or text[end:].lstrip()[:1] in _MATH_AFTER:
+        return True
+    if _OWN_PART.search(text[max(0, start - 20):start]):
+        return True
+    previous = _previous_word(text, start)
+    return previous in _VALUE_WORDS or (len(keys) == 2 and previous in _RANGE_WORDS)
+
+
+def _enumeration_labels(text: str, candidates: Sequence[re.Match]) -> set[int]:
+    """Starts of round-bracket numbers that count items ("(1) we parse, (2) we check"): a run from (1) to at least
+    (2), each label a single number followed by its item's first word. Citations stand after what they support,
+    or beside each other ("(1) (2) (3)")."""
+    labels: set[int] = set()
+    run: list[int] = []
+    expected = 1
+    for match in candidates:
+        single = match.group("items").isdigit()
+        opens_item = bool(re.match(r"\s+[^\W\d_]", text[match.end():match.end() + 3]))
+        if single and opens_item and int(match.group("items")) == expected:
+            run.append(match.start())
+            expected += 1
+        elif single and opens_item and int(match.group("items")) == 1:
+            run, expected = [match.start()], 2
+        else:
+            continue
+        if len(run) >= 2:
+            labels.update(run)
+    return labels
+
+
+def _round_numeric_markers(text: str) -> list[Marker]:
+    candidates = list(_ROUND_NUMERIC.finditer(text))
+    enumeration = _enumeration_labels(text, candidates)
+    markers = []
+    for match in candidates:
+        keys = _expand_numbers(match.group("items"))
+        if match.start() in enumeration or any(key == "0" for key in keys):
+            continue
+        if _is_value(text, match.start(), match.end(), keys):
+            continue
+        markers.append(Marker(match.group(0), ROUND_NUMERIC, match.start(), match.end(), tuple(keys)))
     return markers
 
 
@@ -297,7 +348,7 @@ def find_markers(text: str) -> list[Marker]:
     """Every citation marker of `text`, in order; where two candidates overlap the longer one is kept (the group
     "(Smith et al., 2020)" over a narrative reading of a part of it)."""
     candidates = [*_group_markers(text), *_narrative_markers(text), *_numeric_markers(text),
-                  *_superscript_markers(text)]
+                  *_round_numeric_markers(text), *_superscript_markers(text)]
     kept: list[Marker] = []
     for marker in sorted(candidates, key=lambda m: (-(m.end - m.start), m.start)):
         if all(marker.end <= other.start or marker.start >= other.end for other in kept):
@@ -326,10 +377,12 @@ def _list_labels(text: str, markers: Sequence[Marker]) -> set[Marker]:
     return labels
 
 
-def detect_citances(text: str) -> list[DetectedCitance]:
+def detect_citances(text: str, round_numeric: bool = False) -> list[DetectedCitance]:
     """The sentences of `text` (split_sentences) carrying at least one marker, with their markers. Sentences that
-    are no prose (code, table rows, captions, running heads: `is_prose`) and a list's labels cite nothing."""
-    markers = find_markers(text)
+    are no prose (code, table rows, captions, running heads: `is_prose`) and a list's labels cite nothing.
+    Round-bracket numbers ("(12)") count only with `round_numeric`: alone, a sentence cannot tell them from an
+    equation number; `detect_paper_citances` keeps those that resolve in a paper of that style."""
+    markers = [marker for marker in find_markers(text) if round_numeric or marker.style != ROUND_NUMERIC]
     labels = _list_labels(text, markers)
     citances = []
     for start, end in split_sentences(text):
@@ -340,34 +393,61 @@ def detect_citances(text: str) -> list[DetectedCitance]:
 
 
 def _family(style: str) -> str:
-    return NUMERIC if style in (NUMERIC, SUPERSCRIPT) else AUTHOR_YEAR
+    return NUMERIC if style in LABEL_STYLES else AUTHOR_YEAR
+
+
+def _majority(counted: Sequence[str]) -> str | None:
+    """The style most of `counted` have; None on a tie or nothing counted."""
+    ranked = Counter(counted).most_common(2)
+    if not ranked or (len(ranked) == 2 and ranked[0][1] == ranked[1][1]):
+        return None
+    return ranked[0][0]
 
 
 def paper_style(entries: Sequence[ParsedEntry], markers: Sequence[Marker]) -> str | None:
-    """The paper's own marker style, NUMERIC (brackets, superscripts) or AUTHOR_YEAR (groups, narrative): the
-    family more of whose markers resolve to the reference list's entries, or, where that ties (no list, a list
-    nothing resolves to), the family most markers belong to; None when that ties too. A numbered list whose labels the
-    parser lost resolves nothing, and the paper's many numeric markers still decide."""
+    """The paper's own marker style: AUTHOR_YEAR (groups, narrative) or, for a numbered list, the form its labels
+    are cited in (NUMERIC brackets, ROUND_NUMERIC, SUPERSCRIPT). The family more of whose markers resolve to the
+    reference list's entries wins, or, where that ties (no list, a list nothing resolves to), the family most
+    markers belong to; None when that ties too. Within the numbered family the form goes the same way. A numbered
+    list whose labels the parser lost resolves nothing, and the paper's many numeric markers still decide.
+    Round-bracket numbers count only where they resolve: unresolved, they are as likely equation numbers."""
     resolved = [found.marker for found in resolve_markers(markers, entries) if found.entry_indexes]
-    for counted in (resolved, markers):
-        numeric = sum(1 for marker in counted if _family(marker.style) == NUMERIC)
-        if 2 * numeric != len(counted):
-            return NUMERIC if 2 * numeric > len(counted) else AUTHOR_YEAR
-    return None
+    counted_markers = [marker for marker in markers if marker.style != ROUND_NUMERIC]
+    family = next((found for counted in (resolved, counted_markers)
+                   if (found := _majority([_family(marker.style) for marker in counted])) is not None), None)
+    if family != NUMERIC:
+        return family
+    forms = next((found for counted in (resolved, counted_markers)
+                  if (found := _majority([m.style for m in counted if _family(m.style) == NUMERIC])) is not None),
+                 None)
+    return forms or NUMERIC
+
+
+def _kept(resolved: ResolvedMarker, style: str | None) -> bool:
+    """Whether a marker counts in a paper of `style`: its own style always (a round-bracket number only when it
+    resolves); another family's marker where it resolves ("Smith et al. (2020)" in a numbered paper); another form
+    of the paper's numbering never (footnote superscripts in a "[n]" paper, equation numbers "(3)" in a
+    superscript one)."""
+    style_of = resolved.marker.style
+    if style_of == ROUND_NUMERIC and not resolved.entry_indexes:
+        return False
+    if style is None or style_of == style or (_family(style_of) == AUTHOR_YEAR and _family(style) == AUTHOR_YEAR):
+        return True
+    return bool(resolved.entry_indexes) and _family(style_of) != _family(style)
 
 
 def detect_paper_citances(texts: Sequence[str], entries: Sequence[ParsedEntry]) -> list[list[DetectedCitance]]:
-    """detect_citances for each prose text of one paper, with the paper's own style preferred (paper_style): a
-    marker of the other style counts only where it resolves to an entry ("[2]" in an author-year paper is an index,
-    "(NAACL-HLT 2019)" in a numbered one a venue)."""
-    found = [detect_citances(text) for text in texts]
+    """detect_citances for each prose text of one paper, with the paper's own style preferred (paper_style, `_kept`):
+    "[2]" in an author-year paper is an index, "(NAACL-HLT 2019)" in a numbered one a venue, "(2)" in a "[n]"
+    paper an equation."""
+    found = [detect_citances(text, round_numeric=True) for text in texts]
     style = paper_style(entries, [marker for citances in found for citance in citances for marker in citance.markers])
     kept_per_text = []
     for citances in found:
         kept = []
         for citance in citances:
             markers = tuple(resolved.marker for resolved in resolve_markers(citance.markers, entries)
-                            if style is None or _family(resolved.marker.style) == style or resolved.entry_indexes)
+                            if _kept(resolved, style))
             if markers:
                 kept.append(DetectedCitance(citance.start, citance.end, markers))
         kept_per_text.append(kept)
@@ -425,9 +505,22 @@ def _candidates(work: _Work, entries: Sequence[ParsedEntry]) -> list[ParsedEntry
             suffixed = [entry for entry in found if entry.year_suffix == work.suffix]
             # An entry list that wrote no suffix at all still names the one work of that author and year.
             found = suffixed or (found if len(found) == 1 and not found[0].year_suffix else [])
+        if len(found) > 1:
+            # Same first author, same year: "Wallace et al. (2000)" is the work of three or more authors, "Wallace
+            # and Miller (2000)" the one of two, "Wallace (2000)" the one of one.
+            counted = [entry for entry in found if _author_count_fits(work, surnames, entry)]
+            found = counted if len(counted) == 1 else found
         if found:
             return found
     return []
+
+
+def _author_count_fits(work: _Work, surnames: Sequence[str], entry: ParsedEntry) -> bool:
+    listed = len(entry.surnames) if entry.surnames else 0
+    entry_et_al = bool(re.search(r"\bet\.?\s?al\b|\bothers\b", entry.raw_text[:_MAX_NAMES_CHARS], re.IGNORECASE))
+    if work.et_al:
+        return listed >= 3 or entry_et_al
+    return listed == len(surnames) and not entry_et_al
 
 
 def resolve_markers(markers: Sequence[Marker], entries: Sequence[ParsedEntry]) -> list[ResolvedMarker]:
@@ -444,7 +537,7 @@ def resolve_markers(markers: Sequence[Marker], entries: Sequence[ParsedEntry]) -
         indexes: list[int] = []
         unresolved: list[str] = []
         ambiguous: list[str] = []
-        if marker.style in (NUMERIC, SUPERSCRIPT):
+        if marker.style in LABEL_STYLES:
             for key in marker.keys:
                 found = by_label.get(key, [])
                 if len(found) == 1:

@@ -229,7 +229,7 @@ def _relevant(text: str, gold_texts: Sequence[str]) -> bool:
     return any((gold := _letters(g)) and (gold in passage or passage in gold) for g in gold_texts)
 
 
-def _localisation(evidence: pl.DataFrame,
+def localisation_figures(evidence: pl.DataFrame,
                   gold: Mapping[tuple[str, str], Sequence[str]] | None) -> list[dict[str, Any]]:
     rows = []
     for (mode, retriever), group in _groups(evidence, ("mode", "retriever")).items():
@@ -375,7 +375,7 @@ def citation_metrics(citances: pl.DataFrame, bibliography: pl.DataFrame, referen
         *_parsing(bibliography, manuscripts),
         *_reference_checks(reference_checks),
         *_resolution(cited_papers, bibliography),
-        *_localisation(citation_evidence, gold.evidence),
+        *localisation_figures(citation_evidence, gold.evidence),
         *_verdicts(citation_verdicts, gold.verdicts),
     ]
 

@@ -18,7 +18,13 @@ from typing import Any
 from peerify_dagster.domain.code_versions import package_version
 from peerify_dagster.domain.layout.floats import is_caption
 from peerify_dagster.domain.layout.headings import closes_main_text, describe_heading, looks_like_plain_heading
-from peerify_dagster.domain.layout.lines import SENTENCE_END, Vocabulary, join_lines, normalise_whitespace
+from peerify_dagster.domain.layout.lines import (
+    SENTENCE_END,
+    SUPERSCRIPT_FOOTNOTE,
+    Vocabulary,
+    join_lines,
+    normalise_whitespace,
+)
 from peerify_dagster.domain.layout.regions import LineRegion, Region, text_offset
 
 # The layout rules' identity in a parse's `parser` column: derived from this package's code, so any change of a
@@ -147,7 +153,8 @@ def assemble_blocks(elements: Iterable[LayoutElement]) -> list[Block]:
             if is_caption(text):
                 kind = "caption"
             elif state.role == "references":
-                kind = "reference"
+                # A footnote the reading order put among the entries opens with its raised marker ("¹⁹ The ...").
+                kind = "paragraph" if SUPERSCRIPT_FOOTNOTE.match(text) else "reference"
             elif state.role == "abstract":
                 kind = "abstract"
             elif state.role == "checklist":

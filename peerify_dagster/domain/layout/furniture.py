@@ -16,7 +16,7 @@ from peerify_dagster.domain.layout.lines import TextLine
 
 _PAGE_NUMBER = re.compile(r"^(?:page\s*)?(?:\d{1,4}|[ivxlc]{1,6})(?:\s*(?:of|/)\s*\d{1,4})?$", re.IGNORECASE)
 _FURNITURE_BAND = 0.15  # running heads and page numbers live in the top and bottom 15% of a page
-FOOTNOTE_MARKER = re.compile(r"^(?:\d{1,2}|[*†‡§¶]+|[a-z])\s?\S")
+FOOTNOTE_MARKER = re.compile(r"^(?:\d{1,2}|[⁰¹²³⁴⁵⁶⁷⁸⁹]{1,2}|[*†‡§¶]+|[a-z])\s?\S")
 
 
 def dominant_font_size(lines: Sequence[TextLine]) -> float:

@@ -87,6 +87,45 @@ def clean_line_text(text: str) -> str:
 
 
 # Cues in a line's text that several rules read: a finished sentence, a number cell, a formula.
+# A word set in small raised digits is a superscript ("bacteria¹,³", a footnote's "¹"): its height at most this
+# share of the line's and its bottom raised by at least RAISED_SHARE of the line's height above the line's baseline.
+SUPERSCRIPT_HEIGHT_SHARE = 0.8
+RAISED_SHARE = 0.2
+_SUPERSCRIPT_WORD = re.compile(r"\d{1,3}(?:[,\-–]\d{1,3})*,?")
+SUPERSCRIPT_FOOTNOTE = re.compile(r"[⁰¹²³⁴⁵⁶⁷⁸⁹]{1,2}\s")  # a footnote's text opens with its raised marker
+_TO_SUPERSCRIPT = str.maketrans("0123456789-–", "⁰¹²³⁴⁵⁶⁷⁸⁹⁻⁻")
+
+
+def is_superscript_word(text: str, height: float, bottom: float, line_height: float, baseline: float) -> bool:
+    """Digits (with commas and ranges) set small and raised above the line's baseline: a citation or footnote
+    marker the text layer gives as plain digits ("bacteria 1,3 ."). Coordinates grow downwards."""
+    return (bool(_SUPERSCRIPT_WORD.fullmatch(text)) and height <= SUPERSCRIPT_HEIGHT_SHARE * line_height
+            and bottom <= baseline - RAISED_SHARE * line_height)
+
+
+def with_superscripts(text: str, words: list[tuple[str, bool]]) -> str:
+    """`text` (the line's words, in order, joined by spaces) with each superscript word (`words`: the words in
+    order, each with whether it is one) written in Unicode superscripts and glued to the word before it and to the
+    punctuation after it: "bacteria 1,3 . Acid" -> "bacteria¹,³. Acid"."""
+    out, cursor = [], 0
+    for word, raised in words:
+        found = text.find(word, cursor)
+        if found < 0:
+            continue
+        if raised:
+            out.append(text[cursor:found].rstrip(" ") if found > 0 else text[cursor:found])
+            out.append(word.translate(_TO_SUPERSCRIPT))
+            cursor = found + len(word)
+            after = re.match(r" (?=[.,;:!?)\]])", text[cursor:])
+            if after:
+                cursor += 1
+        else:
+            out.append(text[cursor:found + len(word)])
+            cursor = found + len(word)
+    out.append(text[cursor:])
+    return "".join(out)
+
+
 SENTENCE_END = re.compile(r"[.!?:][\"'’”)\]]*$")
 NUMERIC_TOKEN = re.compile(r"^[(\[]?[-+\u2212\u00b1]?\d+(?:[.,]\d+)*%?[)\]]?[*†‡]?$")
 MATH = re.compile(r"[=<>≤≥∈∉∩∪⊂⊆∑∏∫√∞≈≠±×÷∀∃→←↔⇒|^_{}\\]")
