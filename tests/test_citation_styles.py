@@ -224,3 +224,13 @@ def test_a_title_in_title_case_is_never_read_as_names_and_capitals_cost_no_backt
     started = time.perf_counter()
     parse_entry(shouting, 1)
     assert time.perf_counter() - started < 1.0  # exponential backtracking took minutes here
+
+
+def test_markers_with_accents_split_off_by_the_text_layer_name_their_entries():
+    entries = [parse_entry("Radim ˇReh˚uˇrek and Petr Sojka. 2010. Software framework for topic modelling with large "
+                           "corpora. In Proceedings of LREC.", 1),
+               parse_entry("Wojciech Kry´sci ´nski and Jan M¨uller. 2019. Neural text summarization. In Proceedings of "
+                           "EMNLP.", 2)]
+    assert [entry.surnames for entry in entries] == [("Řehůřek", "Sojka"), ("Kryściński", "Müller")]
+    markers = find_markers("We use gensim (ˇReh˚uˇrek and Sojka, 2010), as Kry´sci´nski and M¨uller (2019) show.")
+    assert [resolved.entry_indexes for resolved in resolve_markers(markers, entries)] == [(1,), (2,)]

@@ -584,7 +584,8 @@ def _compose_accents(text: str) -> str:
     """Accents a PDF's text layer left as spacing characters before their letter, sometimes after a space
     ("Kry´sci ´nski", "M¨uller", "P´erez"), put back on the letter ("Kryściński", "Müller", "Pérez")."""
     accents = "".join(_SPACING_ACCENTS)
-    text = re.sub(rf"(?<={_LETTER}) (?=[{accents}][A-Za-zı])", "", text)
+    # a capital after the accent starts a word of its own: "Radim ˇReh˚uˇrek"
+    text = re.sub(rf"(?<={_LETTER}) (?=[{accents}][a-zı])", "", text)
     composed = re.sub(rf"([{accents}])\s?([A-Za-zı])",
                       lambda match: match.group(2).replace("ı", "i") + _SPACING_ACCENTS[match.group(1)], text)
     return unicodedata.normalize("NFC", composed)

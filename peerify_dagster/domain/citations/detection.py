@@ -66,8 +66,12 @@ class ResolvedMarker:
 _UPPER = "A-ZÀ-ÖØ-ÞĀ-ž"
 _PARTICLE = r"(?i:van|von|der|den|de|del|della|dei|di|da|dos|das|du|le|la|ten|ter|al|el|bin|ibn|zu|vom|mac)"
 # "O'Brien", "D’Souza", "d'Aspremont", "Al-Farabi", "Lévy-Leblond"; the possessive "Smith's" is no part of the name.
-_NAME = (rf"(?:{_PARTICLE}\s+){{0,3}}(?:[dl]['’])?[{_UPPER}][^\W\d_]*"
-         rf"(?:['’][{_UPPER}][^\W\d_]*|-[{_UPPER}]?[^\W\d_]+)*")
+# Accents a PDF's text layer leaves as spacing characters beside their letter ("ˇReh˚uˇrek", "M¨uller"): part of the
+# name, and fold_name drops them, so "ˇReh˚uˇrek" names the entry of "Řehůřek".
+_SPACING_ACCENTS = "´¨˘ˇ˜¸˚˝˙¯"
+_NAME_LETTER = rf"(?:[^\W\d_]|[{_SPACING_ACCENTS}])"
+_NAME = (rf"(?:{_PARTICLE}\s+){{0,3}}(?:[dl]['’])?[{_SPACING_ACCENTS}]?[{_UPPER}]{_NAME_LETTER}*"
+         rf"(?:['’][{_UPPER}]{_NAME_LETTER}*|-[{_UPPER}]?{_NAME_LETTER}+)*")
 _ET_AL = r"\s*,?\s+et\s*\.?\s*al\b\.?"
 # At most 12 names before "and": a longer capitalised list is no author list, and the bound keeps the scan linear.
 _AUTHORS = rf"{_NAME}(?:\s*,\s*{_NAME}){{0,11}}(?:\s*,?\s*(?:and|&)\s+{_NAME})?(?:{_ET_AL})?"
