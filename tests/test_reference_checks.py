@@ -18,6 +18,7 @@ from peerify_dagster.domain.citations.entries import PARSED, ParsedEntry
 from peerify_dagster.domain.citations.metadata import (
     BY_DOI,
     BY_TITLE,
+    NOT_FOUND,
     SUSPICIOUS,
     UNVALIDATABLE,
     VALIDATED,
@@ -342,7 +343,7 @@ def test_a_retracted_work_is_suspicious(server):
                              "retracted: openalex's record for doi 10.5555/retracted.2019.17 is marked retracted"]
 
 
-def test_unvalidatable_without_services_when_all_fail_and_without_a_match(server):
+def test_unvalidatable_without_services_when_all_fail_and_without_anything_to_ask(server):
     assert ScholarlyClient([]).check(graph_entry()).reasons == ["no metadata service is configured"]
     for path in ("/crossref/works/10.18653/v1/n18-3011", "/openalex/works/doi:10.18653/v1/n18-3011",
                  "/s2/graph/v1/paper/DOI:10.18653/v1/n18-3011"):
@@ -353,10 +354,21 @@ def test_unvalidatable_without_services_when_all_fail_and_without_a_match(server
     assert failed.errors == ["crossref: HTTP 503 after 2 tries", "openalex: HTTP 503 after 2 tries",
                              "semantic_scholar: HTTP 503 after 2 tries"]
 
-    unknown = client_for(server).check(entry(2, "A study nobody has written about anything at all", ("Nobody",), 2021))
-    assert unknown.status == UNVALIDATABLE and unknown.reasons == ["no service has a record for its title"]
     nothing = client_for(server).check(entry(3, title=None, surnames=("Nobody",), year=2021))
+    assert nothing.status == UNVALIDATABLE
     assert nothing.reasons == ["the entry has no DOI, arXiv id or title to look up"]
+
+
+def test_a_reference_every_source_answered_without_a_record_is_not_found(server):
+    made_up = entry(2, "A study nobody has written about anything at all", ("Nobody",), 2021)
+    unknown = client_for(server).check(made_up)
+    assert unknown.status == NOT_FOUND and unknown.errors == []
+    assert unknown.reasons[0] == "no record of its title in any source asked"
+    assert [reason.split(":")[0] for reason in unknown.reasons[1:4]] == list(ALL)  # each source's own answer
+    # One source unreachable: nothing found proves nothing, the reference stays unvalidatable.
+    server.add_fault(FaultRule("/openalex/works", "status", status=503, times=None))
+    partly = client_for(server).check(made_up)
+    assert partly.status == UNVALIDATABLE and "failed: openalex: HTTP 503" in partly.reasons[-1]
 
 
 def test_a_doi_with_url_characters_is_asked_for_whole():

@@ -233,7 +233,8 @@ def reference_checks(context: dg.AssetExecutionContext, bibliography: pl.DataFra
     """Each parsed entry against the metadata services the venue configures (`citations.metadata`: Crossref,
     OpenAlex, Semantic Scholar; none by default, so nothing leaves the machine): `validated` (a record agrees on
     title, first author and year), `suspicious` (a record found by the entry's DOI or arXiv id contradicts it, its
-    year is off, the work is retracted) or `unvalidatable` (no service configured, every one failed, no match), with
+    year is off, the work is retracted), `not_found` (every service answered, none holds the work: possibly
+    fabricated) or `unvalidatable` (nothing could be asked, or a service failed and the rest found nothing), with
     the evidence and each service's error. Answers are cached under <lake>/scholarly_cache/, so a rebuild asks
     nothing again; retries honour Retry-After."""
     venue = context.partition_key

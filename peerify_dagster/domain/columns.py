@@ -465,8 +465,9 @@ TABLE_COLUMNS: dict[tuple[str, str], str] = {
     ("citance_enrichment", "reason"): "Why there is no tag (the parse problem or the call's error).",
     ("reference_checks", "status"): "validated (a metadata record agrees on title, first author and year), suspicious "
                                     "(a record found by the entry's DOI or arXiv id contradicts it, the year is off, "
-                                    "the work is retracted) or unvalidatable (no service configured, all failed, no "
-                                    "match).",
+                                    "the work is retracted), not_found (every source asked answered and none "
+                                    "holds a record close enough: possibly fabricated) or unvalidatable (nothing "
+                                    "could be asked, or a source failed and the rest found nothing).",
     ("reference_checks", "reasons"): "The evidence for the status, in sentences naming the service and the values.",
     ("reference_checks", "services"): "The metadata services asked (citations.metadata of the venue).",
     ("reference_checks", "matched_service"): "The service whose record the status rests on.",

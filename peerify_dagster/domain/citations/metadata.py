@@ -10,7 +10,10 @@ the entry's `reference_checks` row:
   record of its title and first author has another DOI. The reasons give the evidence.
 * `validated`: a record of the cited work agrees with it: its title (when the entry has one), its first author
   (when both have authors) and its year within one (when both have a year).
-* `unvalidatable`: no service configured, every service failed, nothing found, or no record close enough.
+* `not_found`: every service asked answered, and none holds a record close enough to the entry: possibly a
+  fabricated reference. The reasons give each service's answer and the nearest miss.
+* `unvalidatable`: nothing could be asked (no service configured, nothing to look the entry up by), or a service
+  failed and the others found nothing close: an unreachable source is never evidence of fabrication.
 
 A record is "of the cited work" when it was found by the entry's DOI or arXiv id, or when a title search found it
 with the entry's title and first author. No I/O here: `resources/scholarly.py` asks the services.
@@ -36,9 +39,15 @@ from peerify_dagster.domain.citations.titles import (
     repair_title,
     title_similarity,
 )
+from peerify_dagster.domain.citations.vocabulary import (  # noqa: F401 - re-exported: the statuses checks give
+    NOT_FOUND,
+    REFERENCE_STATUSES,
+    SUSPICIOUS,
+    UNVALIDATABLE,
+    VALIDATED,
+)
 
 CROSSREF, OPENALEX, SEMANTIC_SCHOLAR = METADATA_SERVICES
-VALIDATED, UNVALIDATABLE, SUSPICIOUS = "validated", "unvalidatable", "suspicious"
 # How a record was found: by the entry's DOI, by its arXiv id, or by a search for its title.
 BY_DOI, BY_ARXIV_ID, BY_TITLE = "doi", "arxiv_id", "title"
 LOOKUPS = (BY_DOI, BY_ARXIV_ID, BY_TITLE)
@@ -456,6 +465,14 @@ def _near_miss(entry: ParsedEntry, comparison: _Comparison) -> str:
             + "; ".join(problems or ["nothing to compare it by"]))
 
 
+def _answer_summary(comparisons: Sequence[_Comparison]) -> str:
+    if not comparisons:
+        return "no record"
+    closest = max((c.title or 0.0) for c in comparisons)
+    return f"{len(comparisons)} record{'s' if len(comparisons) != 1 else ''}, none close (best title similarity " \
+           f"{closest:.2f})"
+
+
 def check_entry(entry: ParsedEntry, answers: Mapping[str, Sequence[MetadataRecord]],
                 errors: Mapping[str, str]) -> ReferenceCheck:
     """The entry's check from each asked service's records (`answers`: service -> the records it gave, none when it
@@ -487,14 +504,23 @@ def check_entry(entry: ParsedEntry, answers: Mapping[str, Sequence[MetadataRecor
     elif agreeing:
         matched = _best(agreeing)
         status, reasons = VALIDATED, [_agreement_reason(entry, matched)]
-    elif comparisons:
-        return unvalidatable(_near_miss(entry, _best(comparisons)))
     else:
         looked_up = (f"doi {entry.doi}" if entry.doi else f"arXiv {entry.arxiv_id}" if entry.arxiv_id
                      else "its title")
-        failed = f" ({', '.join(error_list)})" if error_list else ""
-        return unvalidatable(f"no service has a record for {looked_up}" + (
-            " or its title" if (entry.doi or entry.arxiv_id) and entry.title else "") + failed)
+        looked_up += " or its title" if (entry.doi or entry.arxiv_id) and entry.title else ""
+        answered = [f"{service}: " + _answer_summary([c for c in comparisons if c.record.service == service])
+                    for service in services if service not in errors]
+        miss = [_near_miss(entry, _best(comparisons))] if comparisons else []
+        # A record found by the entry's own identifier, or with a title that partly agrees, shows the work exists:
+        # it proves nothing either way.
+        if any(c.by_identifier or (c.title or 0.0) >= TITLE_CONTRADICTION for c in comparisons):
+            return unvalidatable(miss[0] + (f" ({', '.join(error_list)})" if error_list else ""))
+        if error_list:
+            return unvalidatable("; ".join([*miss, f"no record agrees with {looked_up}", *answered,
+                                            f"failed: {', '.join(error_list)}"]))
+        return ReferenceCheck(status=NOT_FOUND, reasons=[f"no record of {looked_up} in any source asked", *answered,
+                                                         *miss],
+                              services=services, evidence_json=json.dumps(evidence, ensure_ascii=False))
 
     same_work = [c for c in comparisons if c.of_cited_work and not c.other_work]
     record = matched.record

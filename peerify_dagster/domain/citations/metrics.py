@@ -41,8 +41,13 @@ from peerify_dagster.domain.citations.verdicts import (
 from peerify_dagster.domain.citations.vocabulary import (
     CITATION_LABELS,
     NOT_ENOUGH_INFORMATION,
+    NOT_FOUND,
     PARTIALLY_SUPPORTED,
+    REFERENCE_STATUSES,
     SUPPORTED,
+    SUSPICIOUS,
+    UNVALIDATABLE,
+    VALIDATED,
 )
 from peerify_dagster.domain.labels import LABELS
 from peerify_dagster.domain.retrieval_metrics import hit_at_k, markdown_table, mrr_at_k
@@ -187,12 +192,13 @@ def _parsing(bibliography: pl.DataFrame, manuscripts: set[str]) -> list[dict[str
 
 def _reference_checks(checks: pl.DataFrame) -> list[dict[str, Any]]:
     statuses = Counter(checks["status"].to_list())
-    meaning = {"validated": "a metadata record agrees on title, authors and year",
-               "suspicious": "a record contradicts title or authors, the year is off, or the paper is retracted",
-               "unvalidatable": "no service asked, or none found a record"}
+    meaning = {VALIDATED: "a metadata record agrees on title, authors and year",
+               SUSPICIOUS: "a record contradicts title or authors, the year is off, or the paper is retracted",
+               NOT_FOUND: "every source asked answered and none holds the work: possibly fabricated",
+               UNVALIDATABLE: "nothing could be asked, or a source failed and the rest found nothing"}
     return [_row("reference_checks", f"{status} share", _share(statuses[status], checks.height), checks.height,
                  note=f"{meaning[status]}; n/a: RefVerifier publishes no metadata-check figure")
-            for status in ("validated", "suspicious", "unvalidatable")]
+            for status in REFERENCE_STATUSES]
 
 
 def _resolution(cited_papers: pl.DataFrame, bibliography: pl.DataFrame) -> list[dict[str, Any]]:

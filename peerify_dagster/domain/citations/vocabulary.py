@@ -16,3 +16,8 @@ CITATION_LABELS: tuple[str, ...] = (SUPPORTED, PARTIALLY_SUPPORTED, NOT_SUPPORTE
 # hedged it is, as the citance tagger says (the rule-based detector says only whether it is).
 CLAIM_TYPES: tuple[str, ...] = ("causal", "predictive", "comparative", "quantitative", "descriptive")
 HEDGE_LEVELS: tuple[str, ...] = ("none", "weak", "strong")
+
+# A reference entry's check against the metadata sources (domain/citations/metadata.py), worst first: what a reviewer
+# should look at before the rest.
+VALIDATED, UNVALIDATABLE, SUSPICIOUS, NOT_FOUND = "validated", "unvalidatable", "suspicious", "not_found"
+REFERENCE_STATUSES = (NOT_FOUND, SUSPICIOUS, UNVALIDATABLE, VALIDATED)
