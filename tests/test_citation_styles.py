@@ -24,7 +24,8 @@ from peerify_dagster.domain.citations.detection import (
 )
 from peerify_dagster.domain.citations.entries import PARSED, ParsedEntry
 from peerify_dagster.domain.layout.blocks import Block, LayoutElement, assemble_blocks
-from peerify_dagster.domain.layout.lines import is_superscript_word, with_superscripts
+from peerify_dagster.domain.layout.elements import recover_blocks
+from peerify_dagster.domain.layout.lines import TextLine, is_superscript_word, with_superscripts
 
 
 def labelled(index: int, surname: str, year: int) -> ParsedEntry:
@@ -234,3 +235,34 @@ def test_markers_with_accents_split_off_by_the_text_layer_name_their_entries():
     assert [entry.surnames for entry in entries] == [("Řehůřek", "Sojka"), ("Kryściński", "Müller")]
     markers = find_markers("We use gensim (ˇReh˚uˇrek and Sojka, 2010), as Kry´sci´nski and M¨uller (2019) show.")
     assert [resolved.entry_indexes for resolved in resolve_markers(markers, entries)] == [(1,), (2,)]
+
+
+def test_an_author_list_cut_at_a_column_break_is_one_entry():
+    entries = entries_from_blocks(_reference_blocks(
+        "Waleed Ammar, Dirk Groeneveld, Chandra Bhagavatula, Iz Beltagy, Sebastian Kohlmeier,",
+        "Kyle Lo, Tyler Murray, and Oren Etzioni. 2018. Construction of the literature graph in semantic scholar. "
+        "In Proceedings of NAACL, pages 84-91.",
+        "Kimitaka Asatani and Ichiro Sakata. 2018. Detecting trends in academic research. In PloS one."))
+    assert [(entry.surnames[0], entry.year) for entry in entries] == [("Ammar", 2018), ("Asatani", 2018)]
+    assert entries[0].title == "Construction of the literature graph in semantic scholar"
+
+
+def _line(page: int, y: float, text: str, size: float = 10.0, x: float = 72.0) -> TextLine:
+    return TextLine(page, x, y, x + 5.2 * len(text) * size / 10, y + size, size, False, text)
+
+
+def test_a_footnotes_lines_stay_together_inside_a_reference_list():
+    body = [_line(1, 80 + 12 * row, "Prose of the paper that sets the body size of the page and runs on to the "
+                                    "margin.") for row in range(6)]
+    lines = [*body, _line(1, 170, "References", 11.0),
+             _line(1, 190, "Waleed Ammar, Dirk Groeneveld, Chandra Bhagavatula, Iz Beltagy, Miles", 8.5),
+             _line(1, 201, "Crawford, Doug Downey, Sebastian Kohlmeier,", 8.5, x=83.0),
+             _line(1, 745, "¹⁹ The Kaggle CORD-19 and TREC-COVID competitions.", 7.75, x=82.0),
+             _line(1, 757, "See Wang et al. (2020) for details.", 7.75),
+             _line(2, 67, "Kyle Lo, Tyler Murray, and Oren Etzioni. 2018. Construction of the literature", 8.5),
+             _line(2, 78, "graph in semantic scholar. In Proceedings of NAACL.", 8.5, x=83.0)]
+    blocks = recover_blocks(lines, {1: (612.0, 792.0), 2: (612.0, 792.0)})
+    footnotes = [block.text for block in blocks if block.text.startswith("¹⁹")]
+    assert footnotes == ["¹⁹ The Kaggle CORD-19 and TREC-COVID competitions. See Wang et al. (2020) for details."]
+    (entry,) = entries_from_blocks(blocks)
+    assert (entry.surnames[0], entry.year, "Wang" in entry.raw_text) == ("Ammar", 2018, False)

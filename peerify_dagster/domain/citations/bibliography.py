@@ -738,14 +738,16 @@ def _cut(piece: _Piece, starts: list[int]) -> list[_Piece]:
 
 def _continues(piece: _Piece, previous: _Piece, labelled_list: bool, list_method: str | None) -> bool:
     """A piece that is not an entry of its own: an identifier's tail, or in a labelled list any piece without the
-    list's label, or in an unlabelled list a piece that is not names followed by a year and that starts in lower
-    case (or not with a letter) or follows an entry left unfinished ("... In Proceedings of the" + "Annual Meeting
-    of ...")."""
+    list's label, or in an unlabelled list any piece after one that stopped mid-way before its year (an author list
+    cut at a column break), else a piece that is not names followed by a year and that starts in lower case (or not
+    with a letter) or follows an entry left unfinished ("... In Proceedings of the" + "Annual Meeting of ...")."""
     text = piece.text
     if _IDENTIFIER_TAIL.match(text):
         return True
     if labelled_list:
         return _label_of(text)[1] != list_method
+    if not _ends_entry(previous.text) and not _YEAR.search(previous.text):
+        return True  # names cut at a column or page break ("..., Sebastian Kohlmeier," + "Kyle Lo, ... 2018.")
     if _starts_author_year_entry(text):
         return False
     return text[:1].islower() or not re.match(rf"{_UP}|\[|\d", text) or not _ends_entry(previous.text)

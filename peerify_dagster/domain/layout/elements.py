@@ -367,6 +367,8 @@ class _ElementBuilder:
         if same_column and (gap < -0.5 * previous.height
                             or gap > self.line_gap + 0.5 * max(previous.height, self.body_size)):
             return False
+        if block.footnote and not FOOTNOTE_MARKER.match(row.text):
+            return True  # a footnote's lines run on until the next footnote's marker, whatever section it sits in
         ends_sentence = bool(SENTENCE_END.search(block.text))
         indent = row.x0 - self._column(row).left
         if self.in_references:
