@@ -177,7 +177,7 @@ def wrong_paper_check(result: ManuscriptResult, decoy: Path, folder: Path) -> li
     """Each of the manuscript's entries with a DOI or arXiv id (other than the decoy's own paper) resolved, as the
     `cited_papers` asset resolves it, against a library in which `decoy` is named by that identifier: one row per
     entry with its status and whether the decoy file was refused as the wrong paper."""
-    from peerify_dagster.assets.citations import entries_of, entry_id
+    from peerify_dagster.assets.steps.citations import entries_of, entry_id
     from peerify_dagster.domain import uploads
     from peerify_dagster.domain.citations.options import CitationOptions
     from peerify_dagster.resources.cited_papers import CitedPaperResolver, CitedPaperStore, index_library

@@ -35,6 +35,7 @@ from peerify_dagster.domain.llm_stages import (
     LLM_STAGES,
     PAPER_CLAIMS,
     PREDICTIONS,
+    REVIEW_CITATION_VERDICTS,
     STAGES_BY_NAME,
     LLMStage,
 )
@@ -56,6 +57,7 @@ PARAGRAPHS_PER_PAPER = 5  # PaperClaimsConfig's default: one claim each, then it
 # ML paper cites in up to about 60 sentences. Each cites about 1.5 entries; none or all of them may be found.
 CITANCES_PER_PAPER = (15, 60)
 ENTRIES_PER_CITANCE = 1.5
+REVIEW_CITED_WORKS_PER_SECTION = 1  # at most, before anything is built: most review sections cite nothing
 BASIS_LAKE, BASIS_SIZE = "lake", "size x release averages"
 RUNS_STAND_IN = "lake, before retrieval: at most"
 RUNS_TABLE = "retrieval_runs"
@@ -162,11 +164,12 @@ def estimate_build(lake: Lake, venue: Venue, snapshot: Path, configurations: Seq
         expected = {"review_claims": size.sections, "claim_types": claims,
                     "paper_claims": (papers * PARAGRAPHS_PER_PAPER, 2 * papers * PARAGRAPHS_PER_PAPER),
                     "claim_labels": (claims[0], 2 * claims[1]),  # per labeller: manuscript; + thread when answered
-                    **_citation_calls(lake, venue, papers)}
-    tagging = CitationOptions.from_mapping(venue.citations).enrichment
+                    **_citation_calls(lake, venue, papers, size.sections)}
+    options = CitationOptions.from_mapping(venue.citations)
+    opted_out = {CITANCE_TAGGING: not options.enrichment, REVIEW_CITATION_VERDICTS: not options.review_citations}
     for stage in LLM_STAGES:
-        if stage.per_configuration or stage.name not in runs or (stage.name == CITANCE_TAGGING and not tagging):
-            continue  # the citance tagger runs only where the venue turns enrichment on
+        if stage.per_configuration or stage.name not in runs or opted_out.get(stage.name, False):
+            continue  # the citance tagger and the reviews' citations run only where the venue turns them on
         for role in stage.roles:
             for model in gateway.models_for_role(role):
                 if all(lake.table_path(table, venue.key).exists() for table in stage.call_id_columns):
@@ -203,15 +206,18 @@ def estimate_build(lake: Lake, venue: Venue, snapshot: Path, configurations: Seq
     return estimate
 
 
-def _citation_calls(lake: Lake, venue: Venue, papers: int) -> dict[str, tuple[int, int]]:
+def _citation_calls(lake: Lake, venue: Venue, papers: int,
+                    review_sections: tuple[int, int]) -> dict[str, tuple[int, int]]:
     """The citation stages' calls (per model of their role): the tagger's one per citance (estimated only where the
     venue turns it on); the verifiers' one per citance x cited entry x evidence mode, from none (no cited paper
-    found) to all."""
+    found) to all; the reviews' cited works, from none to REVIEW_CITED_WORKS_PER_SECTION a review section (built:
+    one per row of review_citations)."""
     options = CitationOptions.from_mapping(venue.citations)
     citances = _built_rows(lake, venue.key, "citances") or (papers * CITANCES_PER_PAPER[0],
                                                             papers * CITANCES_PER_PAPER[1])
     pairs = round(citances[1] * ENTRIES_PER_CITANCE * len(options.modes))
-    return {CITANCE_TAGGING: citances, CITATION_VERDICTS: (0, pairs)}
+    cited = _built_rows(lake, venue.key, "review_citations") or (0, review_sections[1] * REVIEW_CITED_WORKS_PER_SECTION)
+    return {CITANCE_TAGGING: citances, CITATION_VERDICTS: (0, pairs), REVIEW_CITATION_VERDICTS: (0, cited[1])}
 
 
 def _unknown_size(venue: Venue) -> str:

@@ -42,16 +42,18 @@ verify_upload_job = dg.define_asset_job(
                 "forums, manuscript, chunks, review claims, retrieval.",
 )
 # `peerify verify --citations`: the citation half of one upload venue (its manuscript's citances, bibliography,
-# reference checks, cited papers, evidence, verdicts and figures) and what it reads, with the forum tables (the
-# paper's title on the pages); no review is needed.
-CITATION_RESULTS = ("citation_verdicts", "citation_metrics")
+# reference checks, cited papers, evidence, verdicts, figures and the venue's citation-integrity ranking) and what
+# it reads, with the forum tables (the paper's title on the pages); no review is needed.
+# The reviews are there (forum_tables is one step), so the works its reviews cite are checked too, where it has any.
+CITATION_RESULTS = ("citation_verdicts", "citation_metrics", "citation_integrity", "review_citation_verdicts")
 VERIFY_CITATIONS = dg.AssetSelection.assets(*CITATION_RESULTS, "submissions").upstream() \
     .required_multi_asset_neighbors()
 verify_citations_job = dg.define_asset_job(
     "verify_citations",
     selection=VERIFY_CITATIONS,
     description="The citation half of one upload venue of `peerify verify --citations` (or any venue): citances, "
-                "bibliography, reference checks, cited papers, evidence, verdicts, figures.",
+                "bibliography, reference checks, cited papers, evidence, verdicts, figures, the citation-integrity "
+                "ranking and the works its reviews cite.",
 )
 release_job = dg.define_asset_job(
     "publish_label_release", selection=RELEASE,

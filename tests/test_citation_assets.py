@@ -25,7 +25,7 @@ import dagster as dg
 import polars as pl
 import pytest
 
-from peerify_dagster.assets.citations import entries_of
+from peerify_dagster.assets.steps.citations import entries_of
 from peerify_dagster.definitions import build_resources
 from peerify_dagster.domain.citations.metrics import STAGES
 from peerify_dagster.domain.frames import rows_where
@@ -162,7 +162,8 @@ def test_the_run_completes_and_its_warnings_name_the_bad_rows(built):
     named = {name: evaluation.metadata["failing_ids"].value for name, evaluation in failed.items()}
     assert named == {"every_entry_parsed": [entry(UNKNOWN_STYLE, 1)],
                      "markers_resolve": [f"{CITING}:c5", f"{CITING}:c6", f"{UNKNOWN_STYLE}:c1"],
-                     "no_suspicious_references": [entry(CITING, 2)],
+                     # r2 contradicts its record; r1 is known to no service asked (not_found)
+                     "no_suspicious_references": [entry(CITING, 1), entry(CITING, 2)],
                      "cited_papers_found": [UNKNOWN_STYLE]}
 
 
@@ -306,7 +307,10 @@ def test_a_hanging_service_is_named_per_entry_and_the_other_services_still_answe
         checks = client.check_all(entries)
     timed_out = "semantic_scholar: timed out after 0.3 s, 2 tries"
     skipped = "semantic_scholar: not asked: its last 3 requests timed out"
-    assert [check.errors for check in checks] == [[timed_out]] * 3 + [[skipped]] * 2
+    # Several lookups are under way at once: those started before the third timeout time out too, the rest are not
+    # asked; every entry names which.
+    errors = [check.errors for check in checks]
+    assert errors.count([timed_out]) >= 3 and errors.count([timed_out]) + errors.count([skipped]) == len(checks)
     assert [check.status for check in checks[1:4]] == ["suspicious", "validated", "validated"]  # Crossref answered
 
 

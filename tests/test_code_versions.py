@@ -128,7 +128,7 @@ def test_editing_one_definition_changes_exactly_the_assets_whose_code_reaches_it
          "TITLE_CONTRADICTION = 0.65")
     threshold = versions_of(root)
     assert changed(baseline, threshold) == reaching("peerify_dagster.domain.citations.metadata:TITLE_CONTRADICTION")
-    assert changed(baseline, threshold) == {"reference_checks"}
+    assert changed(baseline, threshold) == {"reference_checks", "review_citations"}  # both check references
 
 
 def test_a_layout_rule_changes_the_layout_version_and_the_parsing_assets(baseline, tmp_path):

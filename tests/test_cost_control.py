@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import dagster as dg
@@ -25,6 +26,7 @@ from peerify_dagster.assets.claims import (
 )
 from peerify_dagster.assets.labels import CLAIM_LABEL_SCHEMA
 from peerify_dagster.assets.predictions import PREDICTION_SCHEMA
+from peerify_dagster.assets.review_citations import REVIEW_VERDICT_SCHEMA
 from peerify_dagster.domain.llm_stages import LLM_STAGES, prompts_by_role
 from peerify_dagster.domain.predictions import load_configurations
 from peerify_dagster.domain.release_import import IMPORTED_TABLES
@@ -44,7 +46,8 @@ from tests.test_release_import import write_release
 SCHEMAS = {"review_claims": REVIEW_CLAIM_SCHEMA, "claims_dropped": DROPPED_SCHEMA, "claim_types": CLAIM_TYPE_SCHEMA,
            "paper_claims": PAPER_CLAIM_SCHEMA, "paper_claims_dropped": PAPER_CLAIM_GAP_SCHEMA,
            "claim_labels": CLAIM_LABEL_SCHEMA, "predictions": PREDICTION_SCHEMA,
-           "citance_enrichment": ENRICHMENT_SCHEMA, "citation_verdicts": VERDICT_SCHEMA}
+           "citance_enrichment": ENRICHMENT_SCHEMA, "citation_verdicts": VERDICT_SCHEMA,
+           "review_citation_verdicts": REVIEW_VERDICT_SCHEMA}
 SAMPLE_CONFIGURATIONS = ("hybrid-top3", "full-context-paper-sourced", "oracle")
 
 
@@ -112,12 +115,23 @@ def sample_configurations(venue: str) -> list:
     return configurations.for_venue(venue)
 
 
+def test_reviews_citations_are_estimated_only_where_the_venue_turns_them_on(estimate_of):
+    sample = load_registry(REPO_ROOT / "venues.yaml")["sample"]
+    turned_on = replace(sample, citations={"review_citations": True})
+    rows = {(r.stage, r.role): r for r in estimate_of(turned_on, []).rows}
+    verdicts = rows[("review_citation_verdicts", "citation_verifiers")]
+    sections = rows[("review_claims", "extractor")].calls[1]
+    assert verdicts.calls == (0, sections)  # at most one cited work a review section, before anything is built
+    assert ("review_citation_verdicts", "citation_verifiers") not in {
+        (r.stage, r.role) for r in estimate_of(sample, []).rows}
+
+
 def test_an_unbuilt_snapshot_venue_is_estimated_from_its_snapshot_for_every_stage_with_a_range(estimate_of):
     estimate = estimate_of(load_registry(REPO_ROOT / "venues.yaml")["sample"], sample_configurations("sample"))
     rows = {(r.stage, r.role): r for r in estimate.rows}
-    # every venue stage, but the citance tagger: the sample does not turn citation enrichment on
+    # every venue stage, but the citance tagger and the reviews' citations: the sample turns neither on
     venue_stages = {(stage.name, role) for stage in LLM_STAGES if not stage.per_configuration for role in stage.roles
-                    if stage.name != "citance_enrichment"}
+                    if stage.name not in ("citance_enrichment", "review_citation_verdicts")}
     assert set(rows) == venue_stages | {(f"predictions:{c}", "verifiers") for c in SAMPLE_CONFIGURATIONS}
     assert not estimate.not_known and {r.basis for r in estimate.rows} == {"snapshot"}
     sections = rows[("review_claims", "extractor")].calls

@@ -102,7 +102,7 @@ def test_every_route_not_listed_for_annotators_refuses_them(web_server, web_lake
 
 def test_the_header_links_only_the_pages_of_the_role(web_server):
     maintainer, ann = web_server.client(), annotator(web_server, "Bea")
-    assert nav_links(maintainer.get("/arbitration").text) == ["/", "/arbitration", "/verify"]
+    assert nav_links(maintainer.get("/arbitration").text) == ["/", "/arbitration", "/verify", "/references"]
     page = ann.get("/arbitration").text
     assert nav_links(page) == ["/arbitration"]
     assert 'data-testid="annotator">Bea<' in page and "(annotator, blind)" in page

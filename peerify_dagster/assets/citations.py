@@ -4,21 +4,30 @@ scholarly metadata, cited papers found and parsed by the manuscript path, eviden
 through the gateway, and the figures beside RefVerifier's. The logic is in domain/citations/."""
 
 import json
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
-from pathlib import Path
 from typing import NamedTuple
 
 import dagster as dg
 import polars as pl
 import pyarrow.parquet as pq
 
+from peerify_dagster.assets.steps.citations import (
+    CITED_PAPER_SCHEMA,
+    GROUP,
+    NO_REFERENCES,
+    PROMPT_VARIABLES,
+    CitedPapers,
+    answered_rows,
+    citation_library,
+    citation_options,
+    entries_of,
+    entry_id,
+    manuscript_titles,
+    metadata_index,
+    paper_blocks,
+)
 from peerify_dagster.assets.steps.llm import (
-    USAGE_SCHEMA,
-    progress_logger,
     shard_usage_metadata,
-    usage_frame,
-    venue_gateway,
 )
 from peerify_dagster.assets.steps.parsed_tables import BLOCK_TYPE, PAGE_SIZE_TYPE, PARSED_SCHEMA, parsed_row
 from peerify_dagster.cluster import queue_tags
@@ -29,15 +38,16 @@ from peerify_dagster.domain.citations.entries import ParsedEntry
 from peerify_dagster.domain.citations.gold import load_citation_gold
 from peerify_dagster.domain.citations.metrics import CITATION_METRICS_SCHEMA, citation_report_markdown
 from peerify_dagster.domain.citations.metrics import citation_metrics as citation_figures
-from peerify_dagster.domain.citations.options import MODE_MERGED, MODE_WINDOWS, CitationOptions
+from peerify_dagster.domain.citations.options import MODE_MERGED, MODE_WINDOWS
 from peerify_dagster.domain.citations.resolution import RESOLVED
+from peerify_dagster.domain.citations.vocabulary import NOT_FOUND, SUSPICIOUS
 from peerify_dagster.domain.layout.blocks import Block
 from peerify_dagster.domain.layout.regions import regions_of_span
 from peerify_dagster.domain.prompts import load_prompt
 from peerify_dagster.domain.retrieval import RETRIEVER_CONFIGS
 from peerify_dagster.partitions import venue_partitions
 from peerify_dagster.quality.expectations import Expect, gate
-from peerify_dagster.resources.cited_papers import CitedPaperResolver, CitedPaperStore, LibraryIndex, index_library
+from peerify_dagster.resources.cited_papers import CitedPaperResolver, CitedPaperStore
 from peerify_dagster.resources.dagster_resources import (
     DocumentParserResource,
     EmbeddingResource,
@@ -58,9 +68,6 @@ from peerify_dagster.resources.shard_io import (
     split_by_paper,
 )
 
-GROUP = "citations"
-NO_REFERENCES = "no_references"
-
 FIELD_SOURCE_TYPE = pl.Struct({"field": pl.String, "method": pl.String})
 BIBLIOGRAPHY_SCHEMA = {
     "venue": pl.String, "paper_id": pl.String, "entry_id": pl.String, "entry_index": pl.Int64, "label": pl.String,
@@ -77,20 +84,6 @@ CITANCE_SCHEMA = {
     "section_path": pl.List(pl.String), "markers": pl.List(MARKER_TYPE), "entry_ids": pl.List(pl.String),
     "style": pl.String, "claim_type": pl.String, "hedged": pl.Boolean, "resolution": pl.String,
 }
-
-
-def citation_options(venue_registry: VenueRegistryResource, venue: str) -> CitationOptions:
-    # The registry validates `citations:` when it loads, so a bad option fails there, naming the venue.
-    return CitationOptions.from_mapping(venue_registry.venue(venue).citations)
-
-
-def paper_blocks(parsed_manuscripts: pl.DataFrame) -> dict[str, list[Block]]:
-    return {row["paper_id"]: [Block.from_record(block) for block in row["blocks"]]
-            for row in parsed_manuscripts.iter_rows(named=True)}
-
-
-def entry_id(paper_id: str, index: int) -> str:
-    return f"{paper_id}:r{index}"
 
 
 def _bibliography_rows(venue: str, paper_id: str, blocks: list[Block]) -> list[dict]:
@@ -138,19 +131,6 @@ def bibliography(context: dg.AssetExecutionContext, parsed_manuscripts: pl.DataF
     entries = frame.filter(pl.col("parse_status") != NO_REFERENCES)
     yield gate("every_entry_parsed", [Expect(entries, "ExpectColumnValuesToNotBeInSet", ("entry_id",),
                                              {"column": "parse_status", "value_set": ["unparsed"]})], blocking=False)
-
-
-def entries_of(bibliography: pl.DataFrame) -> dict[str, list[ParsedEntry]]:
-    """paper id -> its parsed entries (as ParsedEntry, for marker resolution and the lookups)."""
-    entries: dict[str, list[ParsedEntry]] = {}
-    for row in bibliography.filter(pl.col("parse_status") != NO_REFERENCES).iter_rows(named=True):
-        entries.setdefault(row["paper_id"], []).append(ParsedEntry(
-            index=row["entry_index"], raw_text=row["raw_text"], label=row["label"], authors=tuple(row["authors"]),
-            surnames=tuple(row["surnames"]), title=row["title"], year=row["year"], year_suffix=row["year_suffix"],
-            venue=row["published_in"], doi=row["doi"], arxiv_id=row["arxiv_id"], url=row["url"],
-            field_sources={item["field"]: item["method"] for item in row["field_sources"]},
-            status=row["parse_status"], reason=row["parse_reason"]))
-    return entries
 
 
 # Blocks whose sentences can be citances: the manuscript's body prose (never the references themselves, captions or
@@ -226,7 +206,8 @@ REFERENCE_CHECK_SCHEMA = {
     check_specs=[dg.AssetCheckSpec(
         "no_suspicious_references", asset="reference_checks",
         description="No entry contradicts the scholarly record of its DOI or title (another title or authors, a year "
-                    "off, a retracted work). A warning: the row gives the evidence.")],
+                    "off, a retracted work) or is unknown to every source asked (not_found: possibly fabricated). A "
+                    "warning: the row gives the evidence.")],
 )
 def reference_checks(context: dg.AssetExecutionContext, bibliography: pl.DataFrame, lake: LakeResource,
                      venue_registry: VenueRegistryResource):
@@ -239,7 +220,8 @@ def reference_checks(context: dg.AssetExecutionContext, bibliography: pl.DataFra
     nothing again; retries honour Retry-After."""
     venue = context.partition_key
     options = citation_options(venue_registry, venue)
-    client = ScholarlyClient.from_options(options, lake.lake().root / SCHOLARLY_CACHE_DIR)
+    client = ScholarlyClient.from_options(options, lake.lake().root / SCHOLARLY_CACHE_DIR,
+                                          index=metadata_index(options, venue_registry))
     rows = []
     for paper_id, entries in entries_of(bibliography).items():
         for entry, check in zip(entries, client.check_all(entries)):
@@ -251,30 +233,15 @@ def reference_checks(context: dg.AssetExecutionContext, bibliography: pl.DataFra
                                      "by_status": dg.MetadataValue.json(
                                          dict(frame.group_by("status").len().iter_rows()))})
     yield gate("no_suspicious_references", [Expect(frame, "ExpectColumnValuesToNotBeInSet", ("entry_id",),
-                                                   {"column": "status", "value_set": ["suspicious"]})], blocking=False)
+                                                   {"column": "status", "value_set": [SUSPICIOUS, NOT_FOUND]})],
+               blocking=False)
 
 
-CITED_PAPER_SCHEMA = {
-    "venue": pl.String, "paper_id": pl.String, "entry_id": pl.String, "status": pl.String, "source": pl.String,
-    "locator": pl.String, "cited_key": pl.String, "pdf_sha256": pl.String, "right_paper_score": pl.Float64,
-    "reason": pl.String,
-    "attempts": pl.List(pl.Struct({"source": pl.String, "outcome": pl.String, "locator": pl.String,
-                                   "detail": pl.String})),
-}
 CITED_MANUSCRIPT_SCHEMA = {
     "venue": pl.String, "cited_key": pl.String, "pdf_sha256": pl.String, "lake_path": pl.String, "parser": pl.String,
     "parser_version": pl.String, "pages": pl.Int64, "n_blocks": pl.Int64, "blocks": pl.List(BLOCK_TYPE),
     "page_sizes": pl.List(PAGE_SIZE_TYPE),
 }
-
-
-def manuscript_titles(parsed_manuscripts: pl.DataFrame) -> dict[str, str]:
-    """paper id -> the title its parse found (what a citing entry of the same venue names)."""
-    titles = {}
-    for paper_id, blocks in paper_blocks(parsed_manuscripts).items():
-        if title := next((block.text for block in blocks if block.kind == "title"), None):
-            titles[paper_id] = title
-    return titles
 
 
 # Parsed manuscripts read at a time when a shard gathers the venue's titles (a few MB of blocks each).
@@ -307,18 +274,6 @@ def split_entries_to_resolve(context: dg.OpExecutionContext, bibliography: pl.Da
     entries = entries.with_columns(pl.Series(OPEN_ACCESS_URLS, [open_access.get(key) or [] for key in
                                                                 entries["entry_id"]], dtype=pl.List(pl.String)))
     yield from split_by_paper(entries, venue_registry.venue(context.partition_key).shards, context.log)
-
-
-def citation_library(context: dg.OpExecutionContext, venue_registry: VenueRegistryResource,
-                     options: CitationOptions) -> LibraryIndex | None:
-    """The venue's library folder indexed (`citations.library`, relative to the registry file), None without one."""
-    if not options.library:
-        return None
-    folder = venue_registry.registry_file().parent / Path(options.library).expanduser()
-    library = index_library(folder)
-    for skipped in library.skipped:
-        context.log.warning(f"library {folder}: skipped {skipped}")
-    return library
 
 
 @dg.op(out={"resolutions": dg.Out(pl.DataFrame, io_manager_key=SHARD_IO_MANAGER),
@@ -414,31 +369,7 @@ ENRICHMENT_SCHEMA = {
     "hedge_level": pl.String, "supported_text": pl.String, "reason": pl.String, "call_id": pl.String,
     "prompt_id": pl.String,
 }
-# A planned row of an LLM stage carries its prompt's variables (JSON) to its shard's step, which asks the model;
-# null on a row that needs no call. The assembly drops it.
-PROMPT_VARIABLES = "prompt_variables"
 PLANNED_ENRICHMENT_SCHEMA = {**ENRICHMENT_SCHEMA, "text": pl.String, PROMPT_VARIABLES: pl.String}
-
-
-def answered_rows(context: dg.OpExecutionContext, shard: pl.DataFrame, role: str, prompt: str,
-                  fill: Callable[[dict, object], dict], lake: LakeResource, llm: LLMGatewayResource,
-                  venue_registry: VenueRegistryResource, by: tuple[str, ...] = ()) -> tuple[list[dict], pl.DataFrame]:
-    """The shard's planned rows, each one with prompt variables completed by `fill(row, answer)` from its call, and
-    the shard's usage. The calls go to `role`, or, grouped `by` columns whose first names the model, to each group's
-    model. No gateway is opened when nothing is to be asked (a venue without enrichment needs no citance tagger)."""
-    todo = shard.filter(pl.col(PROMPT_VARIABLES).is_not_null())
-    if todo.is_empty():
-        return shard.to_dicts(), pl.DataFrame(schema=USAGE_SCHEMA)
-    answers = {}
-    with venue_gateway(context, llm, lake, venue_registry) as gateway:
-        gateway.preflight([role])
-        for key, rows in (todo.group_by(*by, maintain_order=True) if by else [((role,), todo)]):
-            results = gateway.map(key[0], prompt, [json.loads(variables) for variables in rows[PROMPT_VARIABLES]],
-                                  role=role, progress=progress_logger(context, f"{prompt} ({', '.join(key)})"))
-            answers.update(zip(rows[POSITION], results))
-        usage = usage_frame(gateway)
-    return [{**row, **fill(row, answers[row[POSITION]])} if row[POSITION] in answers else row
-            for row in shard.iter_rows(named=True)], usage
 
 
 @dg.op(out=dg.DynamicOut(pl.DataFrame, io_manager_key=SHARD_IO_MANAGER))
@@ -497,32 +428,6 @@ EVIDENCE_SCHEMA = {
     "text": pl.String, "score": pl.Float64, "page": pl.Int64, "regions": pl.List(REGION_TYPE),
     "window_sentences": pl.Int64, "reason": pl.String,
 }
-
-
-class CitedPapers:
-    """The cited papers' blocks and titles by cited key: a stored PDF's parse (cited_manuscripts) or the venue's own
-    manuscript (parsed_manuscripts), and each entry's resolution."""
-
-    def __init__(self, cited_papers: pl.DataFrame, cited_manuscripts: pl.DataFrame,
-                 parsed_manuscripts: pl.DataFrame) -> None:
-        self.resolutions = {row["entry_id"]: row for row in cited_papers.iter_rows(named=True)}
-        own = paper_blocks(parsed_manuscripts)
-        self.blocks = {f"forum:{paper_id}": blocks for paper_id, blocks in own.items()}
-        for row in cited_manuscripts.iter_rows(named=True):
-            self.blocks[row["cited_key"]] = [Block.from_record(block) for block in row["blocks"]]
-
-    def cited_key(self, entry: str) -> str | None:
-        """The entry's full text key, None when it could not be had (or its parse is gone)."""
-        row = self.resolutions.get(entry)
-        key = row["cited_key"] if row and row["status"] == RESOLVED else None
-        return key if key in self.blocks else None
-
-    def why_not(self, entry: str) -> str:
-        row = self.resolutions.get(entry)
-        return (row["reason"] if row else None) or "the entry was not resolved to a full text"
-
-    def title(self, key: str) -> str | None:
-        return next((block.text for block in self.blocks[key] if block.kind == "title"), None)
 
 
 def _own_spans(citance: dict, entry: str) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:

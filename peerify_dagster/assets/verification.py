@@ -32,14 +32,16 @@ def referenced_call_ids(tables: Mapping[str, pl.DataFrame]) -> pl.DataFrame:
 def llm_usage(context: dg.AssetExecutionContext, review_claims: pl.DataFrame, claims_dropped: pl.DataFrame,
               claim_types: pl.DataFrame, paper_claims: pl.DataFrame, paper_claims_dropped: pl.DataFrame,
               claim_labels: pl.DataFrame, citance_enrichment: pl.DataFrame, citation_verdicts: pl.DataFrame,
-              lake: LakeResource) -> pl.DataFrame:
+              review_citation_verdicts: pl.DataFrame, lake: LakeResource) -> pl.DataFrame:
     """LLM usage behind this venue's tables, per model, role and prompt: calls, tokens, cost, parse failures and
     errors, read from the `llm_calls` ledger for the call ids the tables reference (every role: extractor, fact
-    tagger, labellers, citance tagger, citation verifiers; the claim verifiers' are in `predictions`)."""
+    tagger, labellers, citance tagger, citation verifiers, for the manuscript's citations and the reviews'; the
+    claim verifiers' are in `predictions`)."""
     call_ids = referenced_call_ids({
         "review_claims": review_claims, "claims_dropped": claims_dropped, "claim_types": claim_types,
         "paper_claims": paper_claims, "paper_claims_dropped": paper_claims_dropped, "claim_labels": claim_labels,
-        "citance_enrichment": citance_enrichment, "citation_verdicts": citation_verdicts})
+        "citance_enrichment": citance_enrichment, "citation_verdicts": citation_verdicts,
+        "review_citation_verdicts": review_citation_verdicts})
     if call_ids.is_empty():  # no claim needed a call (e.g. no manuscript): there may be no ledger at all
         return pl.DataFrame(schema=USAGE_SCHEMA)
     # Segment by segment through the store (a folder or an S3 lake), in the order a glob gives them.

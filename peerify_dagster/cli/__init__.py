@@ -18,6 +18,7 @@ from peerify_dagster.cli import (
     lineage,
     llm,
     queue,
+    refs,
     release,
     report,
     serve,
@@ -27,7 +28,7 @@ from peerify_dagster.cli.common import EXIT_USAGE, ConfigError, say
 from peerify_dagster.domain.venues import RegistryError
 
 VERB_GROUPS = (build, catalog, arbitrate, queue, release, report, imports, clean, serve, verify, cluster, llm, lineage,
-               docs)
+               docs, refs)
 
 
 DESCRIPTION = """Build, refresh and release peer-review claim-verification benchmarks, and check one review or one

@@ -19,6 +19,7 @@ from typing import Any
 import polars as pl
 
 from peerify_dagster.domain.arbitration import AGREED, UNLABELLED
+from peerify_dagster.domain.citations.review_citations import ARXIV, AUTHOR_YEAR, DOI, TITLE
 from peerify_dagster.domain.claims import SOURCE_FOLLOWUP, _content_words, _sentence_spans
 from peerify_dagster.domain.frames import one_where, rows_where
 from peerify_dagster.domain.labelling import SOURCE_MANUSCRIPT, SOURCE_THREAD
@@ -47,6 +48,8 @@ SPAN_HOW = {"exact": "the claim's words, as extracted", "sentence": "the sentenc
             SPAN_BEST_MATCH: "the sentence sharing most of the claim's words (the extractor paraphrased it)"}
 NO_POSITIONS = ("This lake's chunks record no positions on the page (`chunks.regions`): rebuild the venue with the "
                 "current parser to have passages outlined on the manuscript.")
+# How a review cites a work (review_citations.kind), as the claim page names it.
+CITED_WORK_KINDS = {AUTHOR_YEAR: "author-year mention", ARXIV: "arXiv id", DOI: "DOI", TITLE: "quoted title"}
 _KIND_ORDER = {kind: order for order, kind in enumerate(CLAIM_KINDS)}
 _SECTION_LEAD = re.compile(r"(?:[A-Z][A-Za-z ]{0,40}:\s+)?(?:[-*\u2022]\s+|\d+[.)]\s+)?")
 
@@ -314,6 +317,34 @@ class SourceView:
 
 
 @dataclass
+class CitedWorkView:
+    """One work the claim's review cites (review_citations): how the review cites it and the sentence, whether that
+    sentence is the claim's, the submission's entry it is, its reference check, the full text it resolved to, and each
+    verifier's verdict on the reviewer's sentence (review_citation_verdicts rows, with the passages shown)."""
+
+    citation_id: str
+    kind: str
+    text: str
+    sentence: str
+    in_claim: bool
+    entry_id: str | None
+    entry_text: str | None
+    entry_reason: str | None
+    check_status: str | None
+    check_reasons: list[str]
+    resolution_status: str | None
+    source: str | None
+    locator: str | None
+    cited_key: str | None
+    resolution_reason: str | None
+    verdicts: list[dict]
+
+    @property
+    def kind_name(self) -> str:
+        return CITED_WORK_KINDS.get(self.kind, self.kind)
+
+
+@dataclass
 class ClaimDetail:
     """Everything the claim page shows about one claim."""
 
@@ -332,6 +363,7 @@ class ClaimDetail:
     has_positions: bool
     default_chunk_id: str | None = None  # the passage the page view opens on
     notes: list[str] = field(default_factory=list)
+    cited_works: list[CitedWorkView] = field(default_factory=list)  # the works the claim's review cites
 
 
 @dataclass(frozen=True)
@@ -351,6 +383,8 @@ class ClaimTables:
     chunks: pl.DataFrame | None = None
     manuscript_pdfs: pl.DataFrame | None = None
     parsed_manuscripts: pl.DataFrame | None = None
+    review_citations: pl.DataFrame | None = None
+    review_citation_verdicts: pl.DataFrame | None = None
 
 
 def claim_call_ids(tables: ClaimTables, claim_id: str) -> list[str]:
@@ -405,9 +439,39 @@ def claim_detail(tables: ClaimTables, claim_id: str, answers: Mapping[str, str |
         pdf_pages=pdf["pages"] if pdf and pdf.get("status") == "ok" else None,
         page_sizes=sizes, has_positions=has_positions and bool(sizes), notes=notes)
     detail.default_chunk_id = _first_passage(detail)
+    detail.cited_works = cited_works(tables, query.get("review_id"), _claim_span(source_text, extracted))
     if detail.pdf_sha256 is None and chunk_rows:
         notes.append("The manuscript PDF is not in this lake, so its pages cannot be shown.")
     return detail
+
+
+def _claim_span(source_text: MarkedText | None, extracted: Mapping | None) -> tuple[int, int] | None:
+    """Where the claim sits in its review's text (the span the page marks), None for a follow-up's claim or an
+    unplaced one: the review's cited works are offsets in the review's text."""
+    if source_text is None or not source_text.marked or extracted is None or extracted["source"] == SOURCE_FOLLOWUP:
+        return None
+    return len(source_text.before), len(source_text.before) + len(source_text.marked)
+
+
+def cited_works(tables: ClaimTables, review_id: str | None, claim_span: tuple[int, int] | None) -> list[CitedWorkView]:
+    """The works review `review_id` cites, those in a sentence the claim's span (offsets in the review's text)
+    overlaps first, each with its verdicts by verifier; none without a review or its review_citations table."""
+    if not review_id:
+        return []
+    works = []
+    for row in rows_where(tables.review_citations, review_id=review_id):
+        sentence_end = row["sentence_start"] + len(row["sentence"] or "")
+        in_claim = claim_span is not None and row["sentence_start"] < claim_span[1] and sentence_end > claim_span[0]
+        judged = sorted(rows_where(tables.review_citation_verdicts, citation_id=row["citation_id"]),
+                        key=lambda verdict: verdict["verifier"] or "")
+        works.append(CitedWorkView(
+            citation_id=row["citation_id"], kind=row["kind"], text=row["text"], sentence=row["sentence"],
+            in_claim=in_claim, entry_id=row["entry_id"], entry_text=row["entry_text"],
+            entry_reason=row["entry_reason"], check_status=row["check_status"],
+            check_reasons=list(row["check_reasons"] or []), resolution_status=row["resolution_status"],
+            source=row["source"], locator=row["locator"], cited_key=row["cited_key"],
+            resolution_reason=row["resolution_reason"], verdicts=judged))
+    return sorted(works, key=lambda work: not work.in_claim)
 
 
 def _source_text(tables: ClaimTables, extracted: Mapping) -> tuple[str | None, str | None]:

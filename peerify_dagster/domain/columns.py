@@ -521,6 +521,53 @@ TABLE_COLUMNS: dict[tuple[str, str], str] = {
     ("citation_verdicts", "reason"): "Why there is no model verdict (parse problem, call error, too long).",
     ("citation_verdicts", "tokens_in"): "Prompt tokens of the call (0 without a call).",
     ("citation_verdicts", "tokens_out"): "Completion tokens of the call (0 without a call).",
+    ("review_citations", "citation_id"): "Stable id of the work within its review: `<review_id>:w<n>` in order of "
+                                         "position in the review's text.",
+    ("review_citations", "kind"): "How the review cites the work: author_year (\"Smith et al. 2020\", \"(Smith and "
+                                  "Lee, 2019)\"), arxiv (an arXiv id or URL), doi (a DOI, doi: or a doi.org URL) or "
+                                  "title (a quoted title of four words or more).",
+    ("review_citations", "key"): "The work's key: author_year '<first surname, folded>|<year><suffix>', the arXiv id "
+                                 "without version, the DOI lower-cased, or the normalised title.",
+    ("review_citations", "text"): "The marker, identifier or title as the review writes it.",
+    ("review_citations", "char_start"): "Where the citation starts in reviews.review_text (characters).",
+    ("review_citations", "char_end"): "Where the citation ends in reviews.review_text (characters, exclusive).",
+    ("review_citations", "sentence"): "The review's sentence holding the citation (what the verdict judges).",
+    ("review_citations", "sentence_start"): "Where that sentence starts in reviews.review_text (characters).",
+    ("review_citations", "query"): "The sentence with the cited works it names cut out: what retrieves the cited "
+                                   "paper's passages.",
+    ("review_citations", "entry_id"): "The submission's own reference entry that is the cited work (the reviewer "
+                                      "cites what the paper cites); null when none is.",
+    ("review_citations", "entry_text"): "That entry as the manuscript prints it (bibliography.raw_text).",
+    ("review_citations", "entry_reason"): "Why no entry of the submission is the work (none matches, or several do: "
+                                          "never guessed).",
+    ("review_citations", "check_status"): "The work's reference check (reference_checks.status: the matched entry's, "
+                                          "else the work checked as the review gives it); null when the venue lists "
+                                          "no metadata source.",
+    ("review_citations", "check_reasons"): "The evidence for check_status, in sentences naming the source and the "
+                                           "values.",
+    ("review_citations", "resolution_status"): "resolved, rejected or unresolved (cited_papers.status: the matched "
+                                               "entry's, else the work resolved as the review gives it).",
+    ("review_citations", "source"): "Where the cited paper's full text came from: library, venue, arxiv or "
+                                    "open_access.",
+    ("review_citations", "locator"): "The file name, forum id or URL of the full text taken (or last refused).",
+    ("review_citations", "pdf_sha256"): "sha256 of the cited PDF taken (or last refused); null for a venue "
+                                        "manuscript.",
+    ("review_citations", "resolution_reason"): "Why the work has no full text: every source tried with its outcome.",
+    ("review_citation_verdicts", "citation_id"): "The work the review cites (review_citations.citation_id).",
+    ("review_citation_verdicts", "cited_title"): "The cited paper's title as its parse gives it; null when it was not "
+                                                 "had.",
+    ("review_citation_verdicts", "verifier"): "Model that judged the reviewer's sentence (the citation_verifiers "
+                                              "role; the role's name on rows without a call).",
+    ("review_citation_verdicts", "status"): "ok, off (the venue does not turn citations.review_citations on), "
+                                            "no_cited_paper or no_relevant_passage (Not Enough Information without a "
+                                            "call), no_passages, parse_failed or error.",
+    ("review_citation_verdicts", "label"): "Supported, Partially Supported, Not Supported or Not Enough Information; "
+                                           "null when there is no verdict.",
+    ("review_citation_verdicts", "explanation"): "The verifier's explanation (or why no model was asked).",
+    ("review_citation_verdicts", "reason"): "Why there is no model verdict (off, no full text, no relevant passage, "
+                                            "parse problem, call error).",
+    ("review_citation_verdicts", "passages"): "The cited paper's windows shown to the verifier, best first: "
+                                              "{passage_id, text, score, page}.",
     ("citation_metrics", "stage"): "Stage of the figure: detection, parsing, reference_checks, resolution, "
                                    "localisation or verdicts.",
     ("citation_metrics", "metric"): "What is measured (the scope, e.g. verifier and mode, in brackets).",
@@ -529,6 +576,20 @@ TABLE_COLUMNS: dict[tuple[str, str], str] = {
     ("citation_metrics", "refverifier"): "RefVerifier's published figure for the same measurement; null where it "
                                          "published none.",
     ("citation_metrics", "note"): "What was counted, and for a null refverifier why none is comparable.",
+    ("citation_integrity", "title"): "The submission's title (submissions.title); null when the forum has none.",
+    ("citation_integrity", "entries"): "Reference entries of the submission's bibliography (0 without a references "
+                                       "section).",
+    ("citation_integrity", "not_found"): "Entries every metadata source asked answered for without a record close "
+                                         "enough (possibly fabricated; reference_checks.status).",
+    ("citation_integrity", "suspicious"): "Entries a record of the cited work contradicts (another title or authors, "
+                                          "the year off, retracted).",
+    ("citation_integrity", "unvalidatable"): "Entries nothing could be asked about, or a source failed and the rest "
+                                             "found nothing: never evidence of fabrication.",
+    ("citation_integrity", "validated"): "Entries a record agrees with on title, first author and year.",
+    ("citation_integrity", "checked"): "Whether any metadata source (citations.metadata, the index) was asked about "
+                                       "any entry of the submission; false: none was, so every entry is unvalidatable.",
+    ("citation_integrity", "rank"): "Rank of the submission in the venue (1 = most not_found entries, then most "
+                                    "suspicious, then paper id).",
     ("token_costs", "tokens_in"): "Prompt tokens of the calls made.",
     ("token_costs", "tokens_out"): "Completion tokens of the calls made.",
     ("retrieval_metrics", "reason"): "Why the retriever has no metrics (unavailable); null for ok rows.",

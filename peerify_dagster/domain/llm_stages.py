@@ -20,7 +20,8 @@ from peerify_dagster.domain.predictions import VERIFIERS_ROLE, VERIFY_PROMPT
 
 EXTRACTION, TAGGING, PAPER_CLAIMS, LABELLING, PREDICTIONS = (
     "review_claims", "claim_types", "paper_claims", "claim_labels", "predictions")
-CITANCE_TAGGING, CITATION_VERDICTS = "citance_enrichment", "citation_verdicts"
+CITANCE_TAGGING, CITATION_VERDICTS, REVIEW_CITATION_VERDICTS = (
+    "citance_enrichment", "citation_verdicts", "review_citation_verdicts")
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,10 @@ LLM_STAGES: tuple[LLMStage, ...] = (
              (VERIFY_CITATION_PROMPT,),
              "one call per citance x cited entry whose paper was found (with retrieval: and has a passage above the "
              "relevance floor) x citation verifier x evidence mode", 2500),
+    LLMStage(REVIEW_CITATION_VERDICTS, {"review_citation_verdicts": ("call_id",)}, (CITATION_VERIFIERS_ROLE,),
+             (VERIFY_CITATION_PROMPT,),
+             "one call per review sentence x work it cites whose paper was found (and has a passage above the "
+             "relevance floor) x citation verifier, only where the venue turns citations.review_citations on", 2500),
 )
 STAGES_BY_NAME = {stage.name: stage for stage in LLM_STAGES}
 

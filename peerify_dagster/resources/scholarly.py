@@ -37,13 +37,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import quote, urlencode
 
 import habanero
@@ -60,12 +61,13 @@ from peerify_dagster.domain.citations.metadata import (
     OPENALEX,
     RECORD_READERS,
     SEMANTIC_SCHOLAR,
+    VALIDATED,
     MetadataFormatError,
     MetadataRecord,
     ReferenceCheck,
     check_entry,
 )
-from peerify_dagster.domain.citations.options import METADATA_SERVICES, CitationOptions
+from peerify_dagster.domain.citations.options import METADATA_INDEX, METADATA_SERVICES, CitationOptions
 from peerify_dagster.domain.citations.resolution import entry_arxiv_id
 from peerify_dagster.domain.citations.titles import normalise_title
 from peerify_dagster.resources.files import json_bytes
@@ -85,6 +87,11 @@ DEFAULT_REQUESTS_PER_SECOND = {CROSSREF: 5.0, OPENALEX: 5.0, SEMANTIC_SCHOLAR: 1
 # A metadata answer is small: a host that sends nothing in 10 s is asked again at most three times, then recorded.
 SCHOLARLY_POLICY = HttpPolicy(timeout_s=10.0, retries=3, backoff_s=1.0, backoff_max_s=30.0)
 TIMEOUTS_BEFORE_SKIP = 3
+# Lookups of one service under way at once: enough to fill its rate limit when an answer takes TYPICAL_ANSWER_S (a
+# sequential client answered in 200 ms is capped at 5 a second whatever its limit), at most MAX_IN_FLIGHT; the
+# limiter still spaces every start.
+TYPICAL_ANSWER_S = 0.5
+MAX_IN_FLIGHT = 16
 SEARCH_ROWS = 5  # title-search candidates read per service: the cited work is among the first when it is there
 S2_FIELDS = "title,authors,year,venue,journal,externalIds,openAccessPdf"
 S2_API_KEY_VARIABLE = "SEMANTIC_SCHOLAR_API_KEY"
@@ -165,6 +172,7 @@ class MetadataService:
         self.policy = policy
         self.cache = cache
         self.limiter = RateLimiter(requests_per_minute=60.0 * requests_per_second)
+        self.in_flight = min(MAX_IN_FLIGHT, max(2, math.ceil(requests_per_second * TYPICAL_ANSWER_S)))
         self._timeouts_in_a_row = 0
 
     def _requests(self, entry: ParsedEntry) -> list[_Request]:
@@ -378,52 +386,84 @@ def _user_agent(mailto: str | None) -> str:
     return f"{USER_AGENT} (mailto:{mailto})" if mailto else USER_AGENT
 
 
+class MetadataSource(Protocol):
+    """What the client asks per entry: a service, or the offline index (resources/metadata_index.py)."""
+
+    def lookup(self, entry: ParsedEntry) -> ServiceAnswer: ...
+
+
 class ScholarlyClient:
-    """The configured services (`services`, of METADATA_SERVICES, asked in this order), each at its base URL
-    (`base_urls`, default the public APIs), at most `requests_per_second` (per service) and with `policy`'s timeout
-    and retries; `cache_dir` (the lead's `<lake>/scholarly_cache`) holds the answers per service."""
+    """The configured sources (`services`, of METADATA_SERVICES, asked in this order), each network service at its
+    base URL (`base_urls`, default the public APIs), at most `requests_per_second` (per service) and with `policy`'s
+    timeout and retries; `cache_dir` (the lead's `<lake>/scholarly_cache`) holds the answers per service. `index`:
+    the offline metadata index, required when `services` lists it; it is asked first, and an entry it validates
+    is asked of no network service."""
 
     def __init__(self, services: Sequence[str], base_urls: Mapping[str, str] | None = None,
                  mailto: str | None = None, cache_dir: Path | None = None, policy: HttpPolicy = SCHOLARLY_POLICY,
-                 requests_per_second: Mapping[str, float] | None = None) -> None:
+                 requests_per_second: Mapping[str, float] | None = None, index: MetadataSource | None = None) -> None:
         unknown = [name for name in services if name not in METADATA_SERVICES]
         if unknown:
             raise ValueError(f"unknown metadata services {unknown}; expected some of {list(METADATA_SERVICES)}")
+        if METADATA_INDEX in services and index is None:
+            raise ValueError("the metadata sources list the index, but no index was given")
         urls = {**DEFAULT_BASE_URLS, **(base_urls or {})}
         rates = {**DEFAULT_REQUESTS_PER_SECOND, **(requests_per_second or {})}
         cache = AnswerCache(cache_dir)
-        builders: dict[str, Callable[[], MetadataService]] = {
+        builders: dict[str, Callable[[], MetadataSource]] = {
+            METADATA_INDEX: lambda: index,
             CROSSREF: lambda: CrossrefService(urls[CROSSREF], mailto, policy, rates[CROSSREF], cache),
             OPENALEX: lambda: OpenAlexService(urls[OPENALEX], mailto, policy, rates[OPENALEX], cache),
             SEMANTIC_SCHOLAR: lambda: SemanticScholarService(
                 urls[SEMANTIC_SCHOLAR], os.environ.get(S2_API_KEY_VARIABLE) or None, policy, rates[SEMANTIC_SCHOLAR],
                 cache),
         }
-        self.services: dict[str, MetadataService] = {name: builders[name]() for name in dict.fromkeys(services)}
+        self.services: dict[str, MetadataSource] = {name: builders[name]() for name in dict.fromkeys(services)}
 
     @classmethod
     def from_options(cls, options: CitationOptions, cache_dir: Path | None,
-                     policy: HttpPolicy = SCHOLARLY_POLICY) -> ScholarlyClient:
-        """The client a venue's `citations:` options configure (`metadata`, `mailto`, `base_urls`)."""
+                     policy: HttpPolicy = SCHOLARLY_POLICY, index: MetadataSource | None = None) -> ScholarlyClient:
+        """The client a venue's `citations:` options configure (`metadata`, `mailto`, `base_urls`), with `index`
+        when `metadata` lists it."""
         base_urls = {name: url for name, url in options.base_urls.items() if name in METADATA_SERVICES}
-        return cls(options.metadata, base_urls, options.mailto, cache_dir, policy)
+        return cls(options.metadata, base_urls, options.mailto, cache_dir, policy, index=index)
 
     def lookup(self, entry: ParsedEntry) -> dict[str, ServiceAnswer]:
-        return {name: service.lookup(entry) for name, service in self.services.items()}
+        return self._answers([entry])[0]
 
     def check(self, entry: ParsedEntry) -> ReferenceCheck:
         return _check(entry, self.lookup(entry))
 
     def check_all(self, entries: Sequence[ParsedEntry]) -> list[ReferenceCheck]:
-        """Every entry's check, in order. The services are asked side by side (one thread each, every one within its
-        own rate limit), each going through the entries in order."""
-        if not self.services:
-            return [_check(entry, {}) for entry in entries]
-        with ThreadPoolExecutor(max_workers=len(self.services), thread_name_prefix="scholarly") as pool:
-            futures = {name: pool.submit(lambda service=service: [service.lookup(entry) for entry in entries])
-                       for name, service in self.services.items()}
-            answers = {name: future.result() for name, future in futures.items()}
-        return [_check(entry, {name: answers[name][index] for name in answers}) for index, entry in enumerate(entries)]
+        """Every entry's check, in order (see `_answers`)."""
+        return [_check(entry, answers) for entry, answers in zip(entries, self._answers(entries))]
+
+    def _answers(self, entries: Sequence[ParsedEntry]) -> list[dict[str, ServiceAnswer]]:
+        """Each entry's answers: the index's first (an entry it validates goes no further), then the network
+        services' side by side (one thread each, every one within its own rate limit), each going through the
+        entries in order."""
+        answers: list[dict[str, ServiceAnswer]] = [{} for _ in entries]
+        pending = list(range(len(entries)))
+        if METADATA_INDEX in self.services:
+            for position in pending:
+                answers[position][METADATA_INDEX] = self.services[METADATA_INDEX].lookup(entries[position])
+            pending = [position for position in pending
+                       if _check(entries[position], answers[position]).status != VALIDATED]
+        network = {name: service for name, service in self.services.items() if isinstance(service, MetadataService)}
+        if network and pending:
+            with ThreadPoolExecutor(max_workers=len(network), thread_name_prefix="scholarly") as pool:
+                futures = {name: pool.submit(_lookup_all, service, [entries[p] for p in pending])
+                           for name, service in network.items()}
+                for name, future in futures.items():
+                    for position, answer in zip(pending, future.result()):
+                        answers[position][name] = answer
+        return answers
+
+
+def _lookup_all(service: MetadataService, entries: Sequence[ParsedEntry]) -> list[ServiceAnswer]:
+    """One service's answers, in order, `service.in_flight` lookups at a time."""
+    with ThreadPoolExecutor(max_workers=service.in_flight, thread_name_prefix="lookup") as pool:
+        return list(pool.map(service.lookup, entries))
 
 
 def _check(entry: ParsedEntry, answers: Mapping[str, ServiceAnswer]) -> ReferenceCheck:

@@ -32,7 +32,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from peerify_dagster.domain import uploads
 from peerify_dagster.web.data import LakeData, NotInLake
 from peerify_dagster.web.pages import DEFAULT_DAGSTER_URL, STATIC_DIR, Settings, is_htmx, render_error
-from peerify_dagster.web.routes import arbitration, citations, claims, files, overview, session, verify
+from peerify_dagster.web.routes import arbitration, citations, claims, files, overview, references, session, verify
 from peerify_dagster.web.security import (
     LOOPBACK_NAMES,
     SIGN_IN_PATH,
@@ -42,7 +42,7 @@ from peerify_dagster.web.security import (
     session_secret,
 )
 
-ROUTE_MODULES = (session, files, overview, claims, citations, arbitration, verify)
+ROUTE_MODULES = (session, files, overview, claims, citations, arbitration, verify, references)
 SESSION_COOKIE = "peerify_session"
 SESSION_MAX_AGE_S = 14 * 24 * 3600
 

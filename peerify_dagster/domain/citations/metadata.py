@@ -30,7 +30,7 @@ from typing import Any
 from peerify_dagster.domain.citations.bibliography import surname as surname_of
 from peerify_dagster.domain.citations.detection import fold_name
 from peerify_dagster.domain.citations.entries import ParsedEntry
-from peerify_dagster.domain.citations.options import METADATA_SERVICES
+from peerify_dagster.domain.citations.options import METADATA_SERVICES, NETWORK_METADATA_SERVICES
 from peerify_dagster.domain.citations.resolution import canonical_arxiv_id, entry_arxiv_id
 from peerify_dagster.domain.citations.titles import (
     SAME_TITLE,
@@ -47,7 +47,7 @@ from peerify_dagster.domain.citations.vocabulary import (  # noqa: F401 - re-exp
     VALIDATED,
 )
 
-CROSSREF, OPENALEX, SEMANTIC_SCHOLAR = METADATA_SERVICES
+CROSSREF, OPENALEX, SEMANTIC_SCHOLAR = NETWORK_METADATA_SERVICES
 # How a record was found: by the entry's DOI, by its arXiv id, or by a search for its title.
 BY_DOI, BY_ARXIV_ID, BY_TITLE = "doi", "arxiv_id", "title"
 LOOKUPS = (BY_DOI, BY_ARXIV_ID, BY_TITLE)

@@ -13,7 +13,11 @@ from typing import Any
 from peerify_dagster.domain.options import checked_options
 from peerify_dagster.domain.retrieval import RETRIEVER_CONFIGS
 
-METADATA_SERVICES = ("crossref", "openalex", "semantic_scholar")
+# The offline metadata index (`peerify refs index`: DBLP, BibTeX collections, Crossref/OpenAlex records) is a source
+# like the services, asked first; the services are asked over the network only for what it does not validate.
+METADATA_INDEX = "index"
+NETWORK_METADATA_SERVICES = ("crossref", "openalex", "semantic_scholar")
+METADATA_SERVICES = (METADATA_INDEX, *NETWORK_METADATA_SERVICES)
 # Where a cited paper's full text is looked for, in the order the issue gives: a local folder, the venue's own
 # manuscripts (ML papers cite OpenReview papers), arXiv, then the open-access locations the metadata names.
 SOURCE_LIBRARY, SOURCE_VENUE, SOURCE_ARXIV, SOURCE_OPEN_ACCESS = "library", "venue", "arxiv", "open_access"
@@ -44,6 +48,7 @@ class CitationOptions:
     mailto: str | None = None  # Crossref's and OpenAlex's polite pool
     base_urls: Mapping[str, str] = field(default_factory=dict)  # service or "arxiv" -> API root (a mirror, a test)
     library: str | None = None  # folder of PDFs searched first (relative to the registry file)
+    index: str | None = None  # the metadata index when `metadata` lists it (default: the lake's, <lake>/metadata_index)
     resolve: tuple[str, ...] = OFFLINE_SOURCES  # of RESOLVE_SOURCES, tried in this order
     retriever: str = "hybrid"
     k: int = 3  # passages of the cited paper shown per citance
@@ -51,6 +56,9 @@ class CitationOptions:
     relevance_floor: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_RELEVANCE_FLOORS))
     modes: tuple[str, ...] = (MODE_WINDOWS,)
     enrichment: bool = False  # the citance tagger (an LLM call per citance)
+    # reviewers' own citations judged against the papers they cite (an LLM call per cited work resolved); the works
+    # are found, checked and resolved in every build
+    review_citations: bool = False
 
     @classmethod
     def from_mapping(cls, raw: Mapping[str, Any] | None) -> CitationOptions:
@@ -76,15 +84,19 @@ class CitationOptions:
         options["relevance_floor"] = {**DEFAULT_RELEVANCE_FLOORS, **{name: float(v) for name, v in floors.items()}}
         base_urls = options.get("base_urls") or {}
         if not isinstance(base_urls, Mapping) or not all(
-                key in (*METADATA_SERVICES, SOURCE_ARXIV) and isinstance(url, str) for key, url in base_urls.items()):
-            raise CitationOptionsError(f"base_urls maps a service of {[*METADATA_SERVICES, SOURCE_ARXIV]} to a URL, "
+                key in (*NETWORK_METADATA_SERVICES, SOURCE_ARXIV) and isinstance(url, str)
+                for key, url in base_urls.items()):
+            raise CitationOptionsError(f"base_urls maps a service of {[*NETWORK_METADATA_SERVICES, SOURCE_ARXIV]} to a "
+                                       f"URL, "
                                        f"got {base_urls!r}")
         options["base_urls"] = dict(base_urls)
-        for name in ("mailto", "library"):
+        for name in ("mailto", "library", "index"):
             if options.get(name) is not None and not isinstance(options[name], str):
                 raise CitationOptionsError(f"{name} must be a string, got {options[name]!r}")
         if not isinstance(options.get("enrichment", False), bool):
             raise CitationOptionsError(f"enrichment must be true or false, got {options['enrichment']!r}")
+        if not isinstance(options.get("review_citations", False), bool):
+            raise CitationOptionsError(f"review_citations must be true or false, got {options['review_citations']!r}")
         return cls(**options)
 
     def with_library(self, library: str | None) -> CitationOptions:

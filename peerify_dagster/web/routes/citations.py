@@ -7,7 +7,10 @@ tables: no model is called."""
 
 from __future__ import annotations
 
+import re
+
 from starlette.requests import Request
+from starlette.responses import Response
 from starlette.routing import Route
 
 from peerify_dagster.domain.citation_view import (
@@ -20,9 +23,10 @@ from peerify_dagster.domain.citation_view import (
     citing_page_view,
     filter_citances,
 )
-from peerify_dagster.domain.citations.vocabulary import CITATION_LABELS
+from peerify_dagster.domain.citations.integrity import NO_SOURCE_ASKED, VenueIntegrity, integrity_csv, venue_integrity
+from peerify_dagster.domain.citations.vocabulary import CITATION_LABELS, REFERENCE_STATUSES
 from peerify_dagster.web.data import NotInLake
-from peerify_dagster.web.pages import is_htmx, lake_data, render, venue_of
+from peerify_dagster.web.pages import is_htmx, lake_data, render, venue_of, venue_slug
 
 PAGE_SCALE = 1.5  # pixels per PDF point of the pages shown (one of data.PAGE_SCALES)
 VERDICT_CHOICES = {**{label: label for label in CITATION_LABELS}, NO_VERDICT: "no verdict"}
@@ -80,9 +84,49 @@ async def cited_pane(request: Request):
     return render(request, "citations/_cited.html", _context(request, venue, detail, "cited"))
 
 
+# -- the citation-integrity view -------------------------------------------------------------------------------------
+# `/venues/{venue}/citation-integrity`: the submissions ranked by not_found, then suspicious references, each opening
+# its entries with every source's answer, filtered by status; `.../citation-integrity.csv`: those entries as CSV.
+# Computed from the bibliography and reference checks (domain/citations/integrity.py), as the `citation_integrity`
+# asset is. Like the citance browser they are the maintainer's: an annotator is refused them (web/security.py).
+# The tables the view is computed from (its cache is dropped when one of them is rebuilt).
+INTEGRITY_TABLES = ("bibliography", "reference_checks", "submissions")
+_UNSAFE_FILENAME = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def _integrity(request: Request) -> tuple[str, VenueIntegrity, str | None]:
+    """The venue, its integrity view (NotInLake when its bibliography or reference checks are not built) and the
+    status asked for (an unknown one matches nothing, as the browser's filters)."""
+    venue = venue_of(request)
+    data = lake_data(request)
+    integrity = data.derived(("citation_integrity", venue), [(table, venue) for table in INTEGRITY_TABLES],
+                             lambda: venue_integrity(venue, data.table("bibliography", venue),
+                                                     data.table("reference_checks", venue),
+                                                     data.optional_table("submissions", venue)))
+    return venue, integrity, request.query_params.get("status") or None
+
+
+async def integrity_page(request: Request):
+    venue, integrity, status = _integrity(request)
+    context = {"venue": venue, "integrity": integrity, "status": status, "statuses": REFERENCE_STATUSES,
+               "rows": integrity.submission_rows(status), "no_source_asked": NO_SOURCE_ASKED}
+    return render(request, "citations/_integrity_results.html" if is_htmx(request) else "citations/integrity.html",
+                  context)
+
+
+async def integrity_download(request: Request):
+    venue, integrity, status = _integrity(request)
+    name = _UNSAFE_FILENAME.sub("_", f"{venue_slug(venue)}-citation-integrity" + (f"-{status}" if status else ""))
+    return Response(integrity_csv(integrity.entries_with(status)), media_type="text/csv; charset=utf-8",
+                    headers={"Content-Disposition": f'attachment; filename="{name}.csv"'})
+
+
 ROUTES = [
     Route("/venues/{venue}/citances", citance_browser, methods=["GET"], name="citances"),
     Route("/venues/{venue}/citances/{citance_id}", citance_page, methods=["GET"], name="citance"),
     Route("/venues/{venue}/citances/{citance_id}/citing", citing_pane, methods=["GET"], name="citing_pane"),
     Route("/venues/{venue}/citances/{citance_id}/cited", cited_pane, methods=["GET"], name="cited_pane"),
+    Route("/venues/{venue}/citation-integrity", integrity_page, methods=["GET"], name="citation_integrity"),
+    Route("/venues/{venue}/citation-integrity.csv", integrity_download, methods=["GET"],
+          name="citation_integrity_csv"),
 ]

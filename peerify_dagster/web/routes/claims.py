@@ -6,6 +6,8 @@ passage outlined; `.../manuscript` is that pane alone, for htmx)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from starlette.requests import Request
 from starlette.routing import Route
 
@@ -22,6 +24,8 @@ from peerify_dagster.web.data import NotInLake
 from peerify_dagster.web.pages import is_htmx, lake_data, render, venue_of
 
 PAGE_SCALE = 1.5  # pixels per PDF point of the manuscript page shown (one of data.PAGE_SCALES)
+# The works a claim's review cites and their verdicts (assets/review_citations.py), read when built.
+REVIEW_CITATION_TABLES = ("review_citations", "review_citation_verdicts")
 LEDGER_UNREADABLE = ("A segment of the LLM call ledger cannot be read (the next build sets it aside and makes its "
                      "calls again): justifications are left out until then.")
 
@@ -38,7 +42,8 @@ async def claim_browser(request: Request):
 def _detail(request: Request):
     venue = venue_of(request)
     data = lake_data(request)
-    tables = data.claim_tables(venue)
+    tables = replace(data.claim_tables(venue),
+                     **{name: data.optional_table(name, venue) for name in REVIEW_CITATION_TABLES})
     claim_id = request.path_params["claim_id"]
     answers = data.ledger_answers(claim_call_ids(tables, claim_id))
     detail = claim_detail(tables, claim_id, answers or {})

@@ -107,7 +107,7 @@ class _Part:
     data: bytearray = field(default_factory=bytearray)
 
 
-class _Form:
+class UploadForm:
     """The verify form's parts, read from the request body with their bytes as sent: Starlette's form parser reads a
     text field that is not UTF-8 as Latin-1, and a review must be refused instead (uploads names the field)."""
 
@@ -163,7 +163,7 @@ async def submit(request: Request):
     """Check the input before anything runs, then queue the job (the access gate has bounded the body)."""
     given: dict = {}
     try:
-        form = _Form(await request.body(), request.headers.get("content-type", ""))
+        form = UploadForm(await request.body(), request.headers.get("content-type", ""))
         given = {"mode": form.text("mode") or "upload", "forum": form.text("forum"),
                  "review_text": form.text("review_text"), "response_text": form.text("response_text")}
         names, _ = _configurations()
@@ -181,7 +181,7 @@ async def submit(request: Request):
     return RedirectResponse(f"/verify/jobs/{job['id']}", status_code=303)
 
 
-def _request(request: Request, form: _Form, given: dict, configurations: tuple[str, ...]
+def _request(request: Request, form: UploadForm, given: dict, configurations: tuple[str, ...]
              ) -> uploads.VerificationRequest:
     if given["mode"] == "forum":
         venue, _, forum = given["forum"].rpartition("|")
