@@ -31,7 +31,7 @@ from peerify_dagster.domain.citations.bibliography import surname as surname_of
 from peerify_dagster.domain.citations.detection import fold_name
 from peerify_dagster.domain.citations.entries import ParsedEntry
 from peerify_dagster.domain.citations.options import METADATA_SERVICES, NETWORK_METADATA_SERVICES
-from peerify_dagster.domain.citations.resolution import canonical_arxiv_id, entry_arxiv_id
+from peerify_dagster.domain.citations.resolution import arxiv_id_of_link, canonical_arxiv_id, entry_arxiv_id
 from peerify_dagster.domain.citations.titles import (
     SAME_TITLE,
     Spellings,
@@ -67,7 +67,6 @@ RETRACTION_UPDATES = frozenset({"retraction", "partial_retraction", "withdrawal"
 
 _DOI_RESOLVER = re.compile(r"^(?:https?://(?:dx\.)?doi\.org/|doi:)", re.IGNORECASE)
 _ARXIV_DOI = re.compile(r"^10\.48550/arxiv\.(.+)$", re.IGNORECASE)
-_ARXIV_URL = re.compile(r"arxiv\.org/(?:abs|pdf)/([^?#\s]+?)(?:\.pdf)?$", re.IGNORECASE)
 _SERVICE_NAMES = {CROSSREF: "Crossref", OPENALEX: "OpenAlex", SEMANTIC_SCHOLAR: "Semantic Scholar"}
 
 
@@ -241,8 +240,7 @@ def _openalex_record(work: dict, found_by: str) -> MetadataRecord:
     arxiv_id = _arxiv_id_of_doi(doi)
     for location in locations if arxiv_id is None else ():
         for url in (location.get("landing_page_url"), location.get("pdf_url")):
-            if isinstance(url, str) and (match := _ARXIV_URL.search(url)):
-                arxiv_id = canonical_arxiv_id(match.group(1))
+            if isinstance(url, str) and (arxiv_id := arxiv_id_of_link(url)):
                 break
         if arxiv_id:
             break

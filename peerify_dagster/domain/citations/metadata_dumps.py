@@ -44,7 +44,7 @@ from peerify_dagster.domain.citations.metadata import (
     records_from_openalex,
 )
 from peerify_dagster.domain.citations.options import METADATA_INDEX
-from peerify_dagster.domain.citations.resolution import canonical_arxiv_id
+from peerify_dagster.domain.citations.resolution import arxiv_id_of_link
 
 DBLP, JSONL, BIBTEX = "dblp", "jsonl", "bibtex"
 DUMP_FORMATS = (DBLP, JSONL, BIBTEX)
@@ -63,7 +63,6 @@ _LONGEST_ENTITY = 32
 # DBLP tells apart people of one name by a number after it: "Wei Wang 0001".
 _DISAMBIGUATION = re.compile(r"\s+\d{4}$")
 _DOI_LINK = re.compile(r"^https?://(?:dx\.)?doi\.org/", re.IGNORECASE)
-_ARXIV_LINK = re.compile(r"arxiv\.org/(?:abs|pdf)/([^?#\s]+?)(?:\.pdf)?/?$", re.IGNORECASE)
 _CORR_KEY = re.compile(r"^journals/corr/abs-(\d{4})-(\d{4,5})$")
 _YEAR = re.compile(r"\d{4}")
 
@@ -187,8 +186,8 @@ def _dblp_item(element: ElementTree.Element, source: str) -> DumpItem:
     for link in (_element_text(link) for link in element.findall("ee") + element.findall("url")):
         if doi is None and _DOI_LINK.match(link):
             doi = normalise_doi(unquote(link))
-        if arxiv_id is None and (match := _ARXIV_LINK.search(link)):
-            arxiv_id = canonical_arxiv_id(match.group(1))
+        if arxiv_id is None:
+            arxiv_id = arxiv_id_of_link(link)
     if arxiv_id is None and (corr := _CORR_KEY.match(key)):
         arxiv_id = f"{corr.group(1)}.{corr.group(2)}"
     venue = next((_element_text(found) for tag in ("journal", "booktitle") if (found := element.find(tag)) is not None),

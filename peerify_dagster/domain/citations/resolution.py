@@ -94,6 +94,16 @@ def canonical_arxiv_id(text: str) -> str:
     return f"{old.group(1)}/{old.group(2)}" if old else bare
 
 
+_ARXIV_LINK = re.compile(r"arxiv\.org/(?:abs|pdf)/([^?#\s]+?)(?:\.pdf)?/?$", re.IGNORECASE)
+
+
+def arxiv_id_of_link(url: str) -> str | None:
+    """The arXiv id an arxiv.org abstract or PDF link names, canonical ("https://arxiv.org/pdf/2101.00001v2.pdf" ->
+    "2101.00001"); None for any other link."""
+    match = _ARXIV_LINK.search(url)
+    return canonical_arxiv_id(match.group(1)) if match else None
+
+
 def arxiv_ids_in_text(text: str) -> tuple[str, ...]:
     """The arXiv ids stamped in a text ("arXiv:2203.00130v1 [cs.HC]"), without versions, each once."""
     return tuple(dict.fromkeys(canonical_arxiv_id(match.group("id")) for match in _ARXIV_STAMP.finditer(text)))
