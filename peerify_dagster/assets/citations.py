@@ -17,6 +17,7 @@ from peerify_dagster.assets.steps.citations import (
     NO_REFERENCES,
     PROMPT_VARIABLES,
     CitedPapers,
+    WindowRanker,
     answered_rows,
     citation_library,
     citation_options,
@@ -25,6 +26,7 @@ from peerify_dagster.assets.steps.citations import (
     manuscript_titles,
     metadata_index,
     paper_blocks,
+    verdict_fields,
 )
 from peerify_dagster.assets.steps.llm import (
     shard_usage_metadata,
@@ -44,7 +46,6 @@ from peerify_dagster.domain.citations.vocabulary import NOT_FOUND, SUSPICIOUS
 from peerify_dagster.domain.layout.blocks import Block
 from peerify_dagster.domain.layout.regions import regions_of_span
 from peerify_dagster.domain.prompts import load_prompt
-from peerify_dagster.domain.retrieval import RETRIEVER_CONFIGS
 from peerify_dagster.partitions import venue_partitions
 from peerify_dagster.quality.expectations import Expect, gate
 from peerify_dagster.resources.cited_papers import CitedPaperResolver, CitedPaperStore
@@ -469,12 +470,7 @@ def citation_evidence(context: dg.AssetExecutionContext, citances: pl.DataFrame,
     options = citation_options(venue_registry, venue)
     papers = CitedPapers(cited_papers, cited_manuscripts, parsed_manuscripts)
     readings = citance_readings(citances, citance_enrichment)
-    dense = RETRIEVER_CONFIGS[options.retriever].base().needs_query_vector
-    cache = embedding_model.cache(lake.lake()) if dense else None
-    reranker = retrieval.reranker() if RETRIEVER_CONFIGS[options.retriever].rerank else None
-    unavailable = (f"retriever {options.retriever!r} needs a local cross-encoder (PEERIFY_RERANKER_PATH) and none is "
-                   "configured" if RETRIEVER_CONFIGS[options.retriever].rerank and reranker is None else None)
-    windows: dict[tuple[str, int], tuple[list, object]] = {}  # (cited key, length) -> windows and their vectors
+    ranker = WindowRanker(options, lake, embedding_model, retrieval)
     rows = []
     for citance in citances.iter_rows(named=True):
         for entry in citance["entry_ids"]:
@@ -484,25 +480,12 @@ def citation_evidence(context: dg.AssetExecutionContext, citances: pl.DataFrame,
             if key is None:
                 rows.append({**base, "status": verdicts.STATUS_NO_CITED_PAPER, "reason": papers.why_not(entry)})
                 continue
-            if unavailable:
-                rows.append({**base, "cited_key": key, "status": verdicts.STATUS_NO_PASSAGES, "reason": unavailable})
-                continue
-            length = evidence.window_length(readings[citance["citance_id"]].claim_type)
-            if (key, length) not in windows:
-                cut = evidence.sentence_windows(key, papers.blocks[key], length)
-                vectors = cache.embed_with_cache([w.text for w in cut])[0] if cache is not None and cut else None
-                windows[key, length] = (cut, vectors)
-            cut, vectors = windows[key, length]
             spans, own = _own_spans(citance, entry)
             query = evidence.query_of(citance["text"], spans, own)
-            query_vector = cache.embedder.embed([query])[0] if cache is not None else None
-            ranked = evidence.rank_windows(cut, query, options.retriever, vectors, query_vector, options.k, reranker,
-                                           options.relevance_floor)
-            if not ranked:
-                status, reason = ((verdicts.STATUS_NO_RELEVANT_PASSAGE,
-                                   evidence.no_relevant_passage_reason(options.retriever, options.relevance_floor))
-                                  if cut else (verdicts.STATUS_NO_PASSAGES,
-                                               "the cited paper has no prose to cut into windows"))
+            length = evidence.window_length(readings[citance["citance_id"]].claim_type)
+            ranked, none_shown = ranker.rank(key, papers.blocks[key], query, length)
+            if none_shown is not None:
+                status, reason = none_shown
                 rows.append({**base, "cited_key": key, "status": status, "reason": reason})
             for rank, (window, score) in enumerate(ranked, start=1):
                 rows.append({**base, "cited_key": key, "status": verdicts.STATUS_OK, "rank": rank,
@@ -569,11 +552,6 @@ def _no_call_row(venue: str, pair: _Pair, verifier: str, mode: str, verdict: ver
             "tokens_out": 0}
 
 
-def _verdict_fields(verdict: verdicts.Verdict) -> dict:
-    return {"status": verdict.status, "label": verdict.label, "explanation": verdict.explanation,
-            "reason": verdict.reason}
-
-
 def _planned_verdict_rows(venue: str, verifier: str, spec, mode: str, pairs: list[_Pair],  # noqa: ANN001
                           readings: dict[str, Reading], papers: CitedPapers, template) -> list[dict]:  # noqa: ANN001
     """One verifier's rows of one mode in the table's order: the pairs it is not asked about (no passage; in merged
@@ -638,7 +616,7 @@ def judge_citation_shard(context: dg.OpExecutionContext, shard: pl.DataFrame, la
                          llm: LLMGatewayResource, venue_registry: VenueRegistryResource):
     """Each verifier's verdict on the shard's rows that ask for one, per verifier and mode in the venue's order."""
     def judged(_row: dict, result) -> dict:  # noqa: ANN001
-        return {**_verdict_fields(verdicts.call_verdict(result.error, result.raw_response)),
+        return {**verdict_fields(verdicts.call_verdict(result.error, result.raw_response)),
                 "call_id": result.call_id or None, "tokens_in": result.tokens_in, "tokens_out": result.tokens_out}
 
     rows, usage = answered_rows(context, shard, verdicts.CITATION_VERIFIERS_ROLE, verdicts.VERIFY_CITATION_PROMPT,

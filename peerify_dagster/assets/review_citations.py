@@ -19,6 +19,7 @@ from peerify_dagster.assets.steps.citations import (
     GROUP,
     PROMPT_VARIABLES,
     CitedPapers,
+    WindowRanker,
     answered_rows,
     citation_library,
     citation_options,
@@ -26,6 +27,7 @@ from peerify_dagster.assets.steps.citations import (
     entry_id,
     manuscript_titles,
     metadata_index,
+    verdict_fields,
 )
 from peerify_dagster.assets.steps.llm import shard_usage_metadata
 from peerify_dagster.cluster import queue_tags
@@ -38,7 +40,6 @@ from peerify_dagster.domain.citations.review_citations import (
     find_review_citations,
     match_paper_entry,
 )
-from peerify_dagster.domain.retrieval import RETRIEVER_CONFIGS
 from peerify_dagster.partitions import venue_partitions
 from peerify_dagster.resources.cited_papers import CitedPaperResolver, CitedPaperStore
 from peerify_dagster.resources.dagster_resources import (
@@ -176,41 +177,15 @@ def review_citations(context: dg.AssetExecutionContext, reviews: pl.DataFrame, b
 
 
 # -- the reviewer's sentence against the cited paper ------------------------------------------------------------------
-class _Ranker:
-    """The venue's retriever over the cited papers' sentence windows, as `citation_evidence` ranks a citance's."""
-
-    def __init__(self, options: CitationOptions, lake: LakeResource, embedding_model: EmbeddingResource,
-                 retrieval: RetrievalResource) -> None:
-        config = RETRIEVER_CONFIGS[options.retriever]
-        self.options = options
-        self.cache = embedding_model.cache(lake.lake()) if config.base().needs_query_vector else None
-        self.reranker = retrieval.reranker() if config.rerank else None
-        self.unavailable = (f"retriever {options.retriever!r} needs a local cross-encoder (PEERIFY_RERANKER_PATH) "
-                            "and none is configured") if config.rerank and self.reranker is None else None
-        self._windows: dict[tuple[str, int], tuple[list, object]] = {}
-
-    def passages(self, key: str, blocks: list, query: str) -> tuple[list[dict], verdicts.Verdict | None]:
-        """The ranked windows of the paper `key` for `query` as passages, or the verdict given without a call."""
-        if self.unavailable:
-            return [], verdicts.Verdict(verdicts.STATUS_NO_PASSAGES, None, None, self.unavailable)
-        length = evidence.window_length(detection.claim_type(query))
-        if (key, length) not in self._windows:
-            cut = evidence.sentence_windows(key, blocks, length)
-            vectors = self.cache.embed_with_cache([w.text for w in cut])[0] if self.cache is not None and cut \
-                else None
-            self._windows[key, length] = (cut, vectors)
-        cut, vectors = self._windows[key, length]
-        query_vector = self.cache.embedder.embed([query])[0] if self.cache is not None else None
-        ranked = evidence.rank_windows(cut, query, self.options.retriever, vectors, query_vector, self.options.k,
-                                       self.reranker, self.options.relevance_floor)
-        if ranked:
-            return [{"passage_id": window.passage_id, "text": window.text, "score": float(score),
-                     "page": window.page} for window, score in ranked], None
-        if cut:
-            return [], verdicts.no_relevant_passage(evidence.no_relevant_passage_reason(
-                self.options.retriever, self.options.relevance_floor))
-        return [], verdicts.Verdict(verdicts.STATUS_NO_PASSAGES, None, None,
-                                    "the cited paper has no prose to cut into windows")
+def _passages(ranker: WindowRanker, key: str, blocks: list, query: str) -> tuple[list[dict], verdicts.Verdict | None]:
+    """The ranked windows of the paper `key` for `query` as passages, or the verdict given without a call."""
+    ranked, none_shown = ranker.rank(key, blocks, query, evidence.window_length(detection.claim_type(query)))
+    if none_shown is None:
+        return [{"passage_id": window.passage_id, "text": window.text, "score": float(score), "page": window.page}
+                for window, score in ranked], None
+    status, reason = none_shown
+    return [], (verdicts.no_relevant_passage(reason) if status == verdicts.STATUS_NO_RELEVANT_PASSAGE
+                else verdicts.Verdict(verdicts.STATUS_NO_PASSAGES, None, None, reason))
 
 
 def _paper_blocks(review_citations: pl.DataFrame, papers: CitedPapers, lake: LakeResource,
@@ -227,11 +202,6 @@ def _paper_blocks(review_citations: pl.DataFrame, papers: CitedPapers, lake: Lak
         except (ManuscriptParseError, OSError) as error:
             unreadable[key] = f"the stored PDF {key} could not be parsed: {error}"
     return unreadable
-
-
-def _verdict_fields(verdict: verdicts.Verdict) -> dict:
-    return {"status": verdict.status, "label": verdict.label, "explanation": verdict.explanation,
-            "reason": verdict.reason}
 
 
 @dg.asset(partitions_def=venue_partitions, group_name=GROUP, kinds={"python", "parquet"}, pool="llm",
@@ -269,8 +239,8 @@ def review_citation_verdicts(context: dg.AssetExecutionContext, review_citations
             planned.append((row, work, [], verdicts.no_cited_paper(reason)))
             continue
         row.update(cited_title=papers.title(key), retriever=options.retriever)
-        ranker = ranker or _Ranker(options, lake, embedding_model, retrieval)
-        planned.append((row, work, *ranker.passages(key, papers.blocks[key], work["query"])))
+        ranker = ranker or WindowRanker(options, lake, embedding_model, retrieval)
+        planned.append((row, work, *_passages(ranker, key, papers.blocks[key], work["query"])))
     # The role is read only when there is something to ask it (a venue whose reviews cite nothing resolvable needs no
     # citation verifier configured).
     asked = any(passages for _, _, passages, _ in planned)
@@ -279,7 +249,7 @@ def review_citation_verdicts(context: dg.AssetExecutionContext, review_citations
     for verifier in verifiers:
         for row, work, passages, no_call in planned:
             if no_call is not None:
-                rows.append({**row, "verifier": verifier, **_verdict_fields(no_call)})
+                rows.append({**row, "verifier": verifier, **verdict_fields(no_call)})
                 continue
             variables = verdicts.verdict_variables(
                 work["sentence"], detection.claim_type(work["query"]), detection.is_hedged(work["query"]),
@@ -290,7 +260,7 @@ def review_citation_verdicts(context: dg.AssetExecutionContext, review_citations
         .with_columns(pl.int_range(pl.len(), dtype=pl.Int64).alias(POSITION))
 
     def judged(_row: dict, result) -> dict:  # noqa: ANN001 - a gateway CallResult
-        return {**_verdict_fields(verdicts.call_verdict(result.error, result.raw_response)),
+        return {**verdict_fields(verdicts.call_verdict(result.error, result.raw_response)),
                 "call_id": result.call_id or None, "tokens_in": result.tokens_in, "tokens_out": result.tokens_out}
 
     answered, usage = answered_rows(context, planned_frame, role, verdicts.VERIFY_CITATION_PROMPT, judged, lake, llm,

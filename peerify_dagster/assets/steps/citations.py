@@ -10,12 +10,21 @@ import dagster as dg
 import polars as pl
 
 from peerify_dagster.assets.steps.llm import USAGE_SCHEMA, progress_logger, usage_frame, venue_gateway
+from peerify_dagster.domain.citations import evidence, verdicts
 from peerify_dagster.domain.citations.entries import ParsedEntry
+from peerify_dagster.domain.citations.evidence import Window
 from peerify_dagster.domain.citations.options import METADATA_INDEX, CitationOptions
 from peerify_dagster.domain.citations.resolution import RESOLVED
 from peerify_dagster.domain.layout.blocks import Block
+from peerify_dagster.domain.retrieval import RETRIEVER_CONFIGS
 from peerify_dagster.resources.cited_papers import LibraryIndex, index_library
-from peerify_dagster.resources.dagster_resources import LakeResource, LLMGatewayResource, VenueRegistryResource
+from peerify_dagster.resources.dagster_resources import (
+    EmbeddingResource,
+    LakeResource,
+    LLMGatewayResource,
+    RetrievalResource,
+    VenueRegistryResource,
+)
 from peerify_dagster.resources.metadata_index import MetadataIndex, MetadataIndexError, default_index_path
 from peerify_dagster.resources.shard_io import POSITION
 
@@ -145,3 +154,50 @@ class CitedPapers:
 
     def title(self, key: str) -> str | None:
         return next((block.text for block in self.blocks[key] if block.kind == "title"), None)
+
+
+def verdict_fields(verdict: verdicts.Verdict) -> dict:
+    """A verdict's columns of a verdict row."""
+    return {"status": verdict.status, "label": verdict.label, "explanation": verdict.explanation,
+            "reason": verdict.reason}
+
+
+NO_PROSE = "the cited paper has no prose to cut into windows"
+
+
+class WindowRanker:
+    """The venue's retriever over cited papers' sentence windows, each paper cut (and embedded, for a dense
+    retriever) once per window length: what a citance's evidence and a reviewer's cited work are ranked with.
+    `unavailable`: why nothing can be ranked (a reranked retriever without its cross-encoder), else None."""
+
+    def __init__(self, options: CitationOptions, lake: LakeResource, embedding_model: EmbeddingResource,
+                 retrieval: RetrievalResource) -> None:
+        config = RETRIEVER_CONFIGS[options.retriever]
+        self.options = options
+        self.cache = embedding_model.cache(lake.lake()) if config.base().needs_query_vector else None
+        self.reranker = retrieval.reranker() if config.rerank else None
+        self.unavailable = (f"retriever {options.retriever!r} needs a local cross-encoder (PEERIFY_RERANKER_PATH) "
+                            "and none is configured") if config.rerank and self.reranker is None else None
+        self._windows: dict[tuple[str, int], tuple[list, object]] = {}  # (cited key, length) -> windows, vectors
+
+    def rank(self, key: str, blocks: list[Block], query: str,
+             length: int) -> tuple[list[tuple[Window, float]], tuple[str, str] | None]:
+        """The top `citations.k` windows of `length` sentences of the paper `key` for `query`, or, when none is
+        shown, why: (status, reason)."""
+        if self.unavailable:
+            return [], (verdicts.STATUS_NO_PASSAGES, self.unavailable)
+        if (key, length) not in self._windows:
+            cut = evidence.sentence_windows(key, blocks, length)
+            vectors = self.cache.embed_with_cache([w.text for w in cut])[0] if self.cache is not None and cut \
+                else None
+            self._windows[key, length] = (cut, vectors)
+        cut, vectors = self._windows[key, length]
+        query_vector = self.cache.embedder.embed([query])[0] if self.cache is not None else None
+        ranked = evidence.rank_windows(cut, query, self.options.retriever, vectors, query_vector, self.options.k,
+                                       self.reranker, self.options.relevance_floor)
+        if ranked:
+            return ranked, None
+        if cut:
+            return [], (verdicts.STATUS_NO_RELEVANT_PASSAGE,
+                        evidence.no_relevant_passage_reason(self.options.retriever, self.options.relevance_floor))
+        return [], (verdicts.STATUS_NO_PASSAGES, NO_PROSE)
