@@ -1,5 +1,13 @@
 """Scale-out on Celery: the heavy part of a synthetic venue's graph (its PDFs parsed, chunked and embedded, shard by
-shard) built on the cluster profile with 1 worker and then with 2, each worker one process.
+shard) built on the cluster profile in four configurations, each worker one process:
+
+- `one-core`: one worker with one core of its own (`peerify worker --cpus 1`);
+- `two-own-cores`: two workers with one core of their own each (`--cpus 1` each): what a second machine adds;
+- `one-whole`: one worker left to the default (alone on the machine, it has every core);
+- `two-shared`: two workers left to the default on the same machine (they split its cores between them).
+
+`two-own-cores` is compared with `one-core` (the goal: 1.8 times as fast), `two-shared` with `one-whole` (a second
+worker on the same machine must not make it slower).
 
 The cluster is real and started here: Postgres (Dagster's storage), Redis (the Celery broker), `peerify worker`
 processes; the lake is a folder. Each run gets a fresh Dagster home, Postgres database, Redis database and lake (so
@@ -14,11 +22,11 @@ and the benchmark would measure the cache, not the embedder.
 Measured per run: wall-clock of the run (orchestrator's `run_job`, submission to the last step), the parse phase
 (first parse step's start to the last one's end) and the embedding phase likewise, pages parsed (the `pages` of
 `parsed_manuscripts`) and passages embedded (the chunk texts the embedder computed: the rows its cache gained; a
-text repeated in two shards that run at once is embedded in both). Rates are per phase; "per worker" divides them by
-the workers. Progress goes to stderr, the Markdown table to stdout. Everything started is stopped by its PID at the
-end, also on Ctrl-C or SIGTERM.
+text repeated in two shards that run at once is embedded in both). Rates are per phase. The orchestrator, Redis and
+Postgres run beside the workers on the same machine, on no core of their own. Progress goes to stderr, the Markdown
+table to stdout. Everything started is stopped by its PID at the end, also on Ctrl-C or SIGTERM.
 
-    nice -n 10 .venv/bin/python benchmarks/bench_cluster.py --papers 2000
+    nice -n 10 .venv/bin/python benchmarks/bench_cluster.py --papers 500
 """
 
 from __future__ import annotations
@@ -40,6 +48,19 @@ VENUE = "synthetic"
 ROOTS = ("parsed_manuscripts", "chunks", "chunk_embeddings")  # and what they need
 PHASES = {"parse": "parse_shard", "embed": "embed_shard"}  # phase -> the op its steps run
 WORKER_READY_TIMEOUT_S = 180
+
+
+@dataclasses.dataclass(frozen=True)
+class Configuration:
+    name: str
+    workers: int
+    cpus: int | None  # `peerify worker --cpus` of each worker; None: the default share
+    baseline: str | None  # the configuration its speed-up is measured against
+
+
+CONFIGURATIONS = {config.name: config for config in (
+    Configuration("one-core", 1, 1, None), Configuration("two-own-cores", 2, 1, "one-core"),
+    Configuration("one-whole", 1, None, None), Configuration("two-shared", 2, None, "one-whole"))}
 RUN_TIMEOUT_S = 6 * 3600
 PROGRESS_EVERY_S = 15
 
@@ -135,12 +156,13 @@ class Run:
             str(self.root / "home"), overrides={"storage": {"postgres": {"postgres_url": self.postgres_url}}}))
 
 
-def start_cluster(run: Run, workers: int) -> None:
+def start_cluster(run: Run, config: Configuration) -> None:
     from tests.fakes.cli import peerify, start_peerify
 
-    names = [f"bench-w{n}" for n in range(1, workers + 1)]
+    names = [f"bench-w{n}" for n in range(1, config.workers + 1)]
+    cpus = ["--cpus", str(config.cpus)] if config.cpus else []
     for name in names:
-        run.workers.append(start_peerify("worker", "--name", name, "--concurrency", "1", env=run.env,
+        run.workers.append(start_peerify("worker", "--name", name, "--concurrency", "1", *cpus, env=run.env,
                                          logs=run.root / name))
     initialised = peerify("cluster", "init", str(run.root / "home"), env=run.env, timeout=300)
     if initialised.returncode != 0:
@@ -151,7 +173,7 @@ def start_cluster(run: Run, workers: int) -> None:
                    WORKER_READY_TIMEOUT_S)
         if worker.poll() is not None:
             raise SystemExit(f"worker {name} exited:\n{log.read_text()[-3000:]}")
-    say(f"{workers} worker(s) ready")
+    say(f"{config.name}: {config.workers} worker(s) ready")
 
 
 # -- measuring -------------------------------------------------------------------------------------------------------
@@ -174,29 +196,32 @@ def op_of(step_key: str) -> str:
     return step_key.split("[", 1)[0].rsplit(".", 1)[-1]
 
 
-def report_progress(instance, started: float, workers: int) -> None:
+def report_progress(instance, started: float, config: str) -> None:
     runs = instance.get_runs(limit=1)
     if not runs:
         return
     spans = step_spans(instance, runs[0].run_id)
     done = {phase: sum(1 for key in spans if op_of(key) == op) for phase, op in PHASES.items()}
-    say(f"{workers} worker(s), {time.monotonic() - started:.0f} s: {len(spans)} steps done "
+    say(f"{config}, {time.monotonic() - started:.0f} s: {len(spans)} steps done "
         f"({', '.join(f'{phase} shards {n}' for phase, n in done.items())})")
 
 
-def measure(folder: Path, registry: Path, workers: int, redis, postgres, assets: list[str]) -> dict:
-    """Build the selection on a fresh cluster of `workers` workers; the run's figures."""
+def measure(folder: Path, registry: Path, config: Configuration, database: int, redis, postgres,
+            assets: list[str]) -> dict:
+    """Build the selection on a fresh cluster of `config`'s workers; the run's figures."""
     from tests.fakes.cli import cli_env, stop_process
 
-    root = folder / f"{workers}w"
+    root = folder / config.name
     root.mkdir()
-    postgres_url = postgres.create_database(f"bench_{workers}w")
+    postgres_url = postgres.create_database(f"bench_{config.name.replace('-', '_')}")
+    # The workers of this configuration count each other only (a registry of their own).
     env = cli_env(root / "lake", registry, root / "home", PEERIFY_EXECUTOR="celery",
-                  PEERIFY_REDIS_URL=redis.url_for(workers), PEERIFY_POSTGRES_URL=postgres_url)
+                  PEERIFY_REDIS_URL=redis.url_for(database), PEERIFY_POSTGRES_URL=postgres_url,
+                  PEERIFY_WORKER_REGISTRY=str(root / "workers"))
     run = Run(root, env, postgres_url)
     orchestrator = None
     try:
-        start_cluster(run, workers)
+        start_cluster(run, config)
         instance = run.instance()
         started = time.monotonic()
         with open(root / "orchestrator.err", "w") as err:
@@ -205,22 +230,22 @@ def measure(folder: Path, registry: Path, workers: int, redis, postgres, assets:
             reported = started
             while orchestrator.poll() is None:
                 if time.monotonic() - started > RUN_TIMEOUT_S:
-                    raise SystemExit(f"the {workers}-worker run ran past {RUN_TIMEOUT_S} s")
+                    raise SystemExit(f"the {config.name} run ran past {RUN_TIMEOUT_S} s")
                 if time.monotonic() - reported > PROGRESS_EVERY_S:
-                    report_progress(instance, started, workers)
+                    report_progress(instance, started, config.name)
                     reported = time.monotonic()
                 time.sleep(1)
         lines = orchestrator.stdout.read().strip().splitlines()
         log_tail = (root / "orchestrator.err").read_text()[-4000:]
         if orchestrator.returncode != 0 or not lines:
-            raise SystemExit(f"the {workers}-worker orchestrator failed:\n{log_tail}")
+            raise SystemExit(f"the {config.name} orchestrator failed:\n{log_tail}")
         outcome = json.loads(lines[-1])
         if not outcome["success"]:
-            raise SystemExit(f"the {workers}-worker run {outcome['run_id']} failed:\n{log_tail}")
-        figures = {"workers": workers, "wall_s": outcome["seconds"], **counts(Path(env["PEERIFY_LAKE"])),
-                   **phase_seconds(step_spans(instance, outcome["run_id"]))}
+            raise SystemExit(f"the {config.name} run {outcome['run_id']} failed:\n{log_tail}")
+        figures = {"config": config.name, "workers": config.workers, "wall_s": outcome["seconds"],
+                   **counts(Path(env["PEERIFY_LAKE"])), **phase_seconds(step_spans(instance, outcome["run_id"]))}
         instance.dispose()
-        say(f"{workers} worker(s): {figures['wall_s']:.1f} s, {figures['pages']} pages, "
+        say(f"{config.name}: {figures['wall_s']:.1f} s, {figures['pages']} pages, "
             f"{figures['embedded']} passages embedded")
         return figures
     finally:
@@ -255,24 +280,26 @@ def phase_seconds(spans: dict[str, tuple[float, float]]) -> dict:
 
 
 def table(papers: int, results: list[dict]) -> str:
-    base = results[0]["wall_s"]
-    lines = [f"papers: {papers}; pages parsed: {results[0]['pages']}; chunks: {results[0]['chunks']}; shards: "
-             f"{results[0]['parse_steps']} parse, {results[0]['embed_steps']} embed", "",
-             "| workers | wall s | ratio vs 1 worker | parse s | pages/s | pages/s per worker | embed s "
-             "| passages embedded | passages/s | passages/s per worker |",
+    first = results[0]
+    lines = [f"papers: {papers}; pages parsed: {first['pages']}; chunks: {first['chunks']}; shards: "
+             f"{first['parse_steps']} parse, {first['embed_steps']} embed", "",
+             "| configuration | workers | cores each | wall s | speed-up vs | parse s | pages/s | embed s "
+             "| passages embedded | passages/s |",
              "|---|---|---|---|---|---|---|---|---|---|"]
+    by_name = {run["config"]: run for run in results}
     for run in results:
-        n = run["workers"]
-        pages_rate = run["pages"] / run["parse_s"]
-        passage_rate = run["embedded"] / run["embed_s"]
-        lines.append(f"| {n} | {run['wall_s']:.1f} | {run['wall_s'] / base:.2f} | {run['parse_s']:.1f} "
-                     f"| {pages_rate:.1f} | {pages_rate / n:.1f} | {run['embed_s']:.1f} | {run['embedded']} "
-                     f"| {passage_rate:.1f} | {passage_rate / n:.1f} |")
+        config = CONFIGURATIONS[run["config"]]
+        base = by_name.get(config.baseline)
+        speed_up = f"{base['wall_s'] / run['wall_s']:.2f}x {config.baseline}" if base else "-"
+        cores = str(config.cpus) if config.cpus else "all / split"
+        lines.append(f"| {config.name} | {config.workers} | {cores} | {run['wall_s']:.1f} | {speed_up} "
+                     f"| {run['parse_s']:.1f} | {run['pages'] / run['parse_s']:.1f} | {run['embed_s']:.1f} "
+                     f"| {run['embedded']} | {run['embedded'] / run['embed_s']:.1f} |")
     return "\n".join(lines)
 
 
-def run_all(papers: int, shards: int, worker_counts: list[int]) -> list[dict]:
-    """The venue made once, then one measured run per worker count, on one Redis and one Postgres."""
+def run_all(papers: int, shards: int, configs: list[Configuration]) -> list[dict]:
+    """The venue made once, then one measured run per configuration, on one Redis and one Postgres."""
     from tests.fakes.services import PostgresService, RedisService
 
     with tempfile.TemporaryDirectory(prefix="bench-cluster-") as tmp:
@@ -281,7 +308,8 @@ def run_all(papers: int, shards: int, worker_counts: list[int]) -> list[dict]:
         assets = selected_assets()
         say(f"selection: {', '.join(assets)}")
         with RedisService(folder / "redis") as redis, PostgresService(folder / "postgres") as postgres:
-            return [measure(folder, registry, n, redis, postgres, assets) for n in worker_counts]
+            return [measure(folder, registry, config, database, redis, postgres, assets)
+                    for database, config in enumerate(configs, start=1)]
 
 
 def interrupted(signum, frame) -> None:
@@ -293,15 +321,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--papers", type=int, default=2000, help="the synthetic venue's papers (default 2000)")
     parser.add_argument("--shards", type=int, default=8, help="shards of its parse and embed steps (default 8)")
-    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2],
-                        help="worker counts to run, in order; the first is the ratio's base (default 1 2)")
+    parser.add_argument("--configs", nargs="+", choices=list(CONFIGURATIONS), default=list(CONFIGURATIONS),
+                        help="configurations to run, in order (default all four; a speed-up is printed when its "
+                             "baseline ran too)")
     args = parser.parse_args()
     # Set for SIGINT too: a shell starting the benchmark in the background has it ignored.
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, interrupted)
 
     try:
-        results = run_all(args.papers, args.shards, args.workers)
+        results = run_all(args.papers, args.shards, [CONFIGURATIONS[name] for name in args.configs])
     except KeyboardInterrupt as stopped:
         say(f"{stopped or 'interrupted'}: everything the benchmark started is stopped")
         raise SystemExit(130) from None

@@ -1,8 +1,8 @@
-"""The citation half's heavy steps (resolving and parsing the cited papers, the citance tagger's and the citation
-verifiers' calls) run one step per shard of the venue's citing papers: the sample built in 3 shards gives the tables
-1 shard gives, byte for byte, every call answered from the shipped recording; a cited PDF that citing papers of two
-shards resolve to is parsed in each and kept once; and a shard whose verifier calls fail is the only one a
-re-execution from failure runs again."""
+"""The citation half's heavy steps (resolving and parsing the cited papers, the citance tagger's calls, ranking the
+evidence windows, the citation verifiers' calls) run one step per shard of the venue's citing papers: the sample
+built in 3 shards gives the tables 1 shard gives, byte for byte, every call answered from the shipped recording; a
+cited PDF that citing papers of two shards resolve to is parsed in each and kept once; and a shard whose verifier
+calls fail is the only one a re-execution from failure runs again."""
 
 from __future__ import annotations
 
@@ -25,8 +25,8 @@ VENUE = "sample"
 SHARDS = 3
 # Each sharded asset and its mapped (per shard) step.
 SHARDED_STEPS = {"cited_papers": "resolve_cited_shard", "citance_enrichment": "tag_citance_shard",
-                 "citation_verdicts": "judge_citation_shard"}
-TABLES = ["cited_papers", "cited_manuscripts", "citance_enrichment", "citation_verdicts"]
+                 "citation_evidence": "rank_evidence_shard", "citation_verdicts": "judge_citation_shard"}
+TABLES = ["cited_papers", "cited_manuscripts", "citance_enrichment", "citation_evidence", "citation_verdicts"]
 FAIL_FLAG = "CITATION_SHARDS_TEST_FAIL_FLAG"  # while the file it names exists, a call about the citance it holds raises
 
 

@@ -31,6 +31,7 @@ from dagster._core.instance.ref import InstanceRef
 from peerify_dagster.annotation.decisions import decisions_dir
 from peerify_dagster.annotation.sessions import SECRET_FILE
 from peerify_dagster.cluster import CLUSTER_INSTANCE, K8S_RUN_CONFIG, QUEUE_TAG, QUEUES, queue_tags
+from peerify_dagster.domain.cpu_shares import worker_share
 from peerify_dagster.paths import REPO_ROOT
 from peerify_dagster.resources.lake import CATALOG_FILE, LEDGER_DIR, partition_slug
 from peerify_dagster.resources.runs import recover_dead_runs
@@ -153,7 +154,7 @@ def cluster(tmp_path_factory, redis_service, postgres_service, s3_service):
     lake = f"{s3_service.make_bucket(BUCKET)}/{PREFIX}"
     env = cli_env(lake, registry, root / "home", PEERIFY_EXECUTOR="celery", PEERIFY_REDIS_URL=redis_service.url_for(1),
                   PEERIFY_POSTGRES_URL=postgres_url, PEERIFY_LAKE_CACHE=str(root / "cache-orchestrator"),
-                  **s3_service.env())
+                  PEERIFY_WORKER_REGISTRY=str(root / "workers"), **s3_service.env())
     # The workers need no Dagster home until a step comes: they start while it is made. Each has its own local cache
     # folder (catalog, staged uploads, downloaded PDFs), as on machines of their own: only the bucket is shared.
     workers = {name: start_peerify("worker", "--name", name, logs=root / name,
@@ -242,7 +243,7 @@ def test_heavy_steps_carry_their_queue_and_the_default_path_never_loads_celery()
     assert seen["celery"] == [] and seen["executor"] == "multi_or_in_process_executor"
     queues = {name: queue for name, (queue, _) in seen["ops"].items()}
     assert queues["manuscript_pdfs"] == "pdf" and queues["resolve_cited_shard"] == "pdf"
-    assert queues["citation_evidence"] == "embedding"
+    assert queues["rank_evidence_shard"] == "embedding"
     # Every LLM step (the extractor's, fact tagger's, labellers', citance tagger's, citation verifiers') on `llm`.
     llm_steps = {name for name, (_, pool) in seen["ops"].items() if pool == "llm"}
     assert len(llm_steps) >= 5 and {queues[name] for name in llm_steps} == {"llm"}, seen["ops"]
@@ -354,6 +355,17 @@ def test_steps_ran_in_both_workers_and_several_processes(cluster, killed_and_ret
     submitted = " ".join(record.dagster_event.message or "" for record in instance.all_logs(
         run_ids[1], of_type=dg.DagsterEventType.ENGINE_EVENT))
     assert f'step "{killed_and_retried.killed_step}" to queue "llm"' in submitted
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="a split needs two cores")
+def test_two_workers_of_one_machine_ran_their_steps_on_their_own_halves_of_its_cores(cluster, killed_and_retried):
+    """Left to the default, the two workers of the machine split its cores: each step process of one pinned to
+    the cores of its worker's share, the two shares apart."""
+    available = sorted(os.sched_getaffinity(0))
+    pinned = {name: {tuple(sorted(os.sched_getaffinity(pid))) for pid in descendants(process.pid)} - {tuple(available)}
+              for name, process in cluster.workers.items()}
+    assert sorted(share for shares in pinned.values() for share in shares) == \
+        sorted(worker_share(available, slot, workers=2).cores for slot in range(2)), pinned
 
 
 def test_the_llm_pool_held_across_workers(cluster, killed_and_retried):

@@ -195,3 +195,29 @@ def test_server_dies_with_its_process(ending: str) -> None:
     assert base_url.startswith("http://127.0.0.1:")
     assert process.returncode == (-signal.SIGKILL if ending == "kill -9" else 0)
     assert not answers(base_url.removesuffix("/v1") + "/health")
+
+
+# A worker's step process: two LLM steps one after the other, each with its own gateway, once the worker kept its
+# servers (`peerify worker` calls keep_local_servers before it forks).
+TWO_STEPS_IN_A_WORKER_PROCESS = """
+import json, sys
+from pathlib import Path
+from peerify_dagster.resources.llm_gateway import LLMGateway, keep_local_servers
+keep_local_servers()
+seen = []
+for step, claim in enumerate(("The method is slow.", "The paper has no related work section.")):
+    with LLMGateway(Path(sys.argv[1]) / f"lake-{step}", env={}) as gateway:
+        assert gateway.call("fact_tagger", "tag_fact", {"claim": claim}).ok
+        seen.append([(id(server), server.base_url) for server in gateway.local_servers])
+print(json.dumps({"seen": seen, "running": [s.is_running() for s in gateway.local_servers]}))
+"""
+
+
+def test_a_worker_process_loads_a_local_model_once_for_all_its_steps(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, "-c", TWO_STEPS_IN_A_WORKER_PROCESS, str(tmp_path)], capture_output=True,
+                          text=True, timeout=300, env={"PATH": os.environ.get("PATH", "")})
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    first, second = report["seen"]
+    assert len(first) == 1 and first == second  # the same server object, at the same address, for both steps
+    assert report["running"] == [True]  # a step's gateway closing leaves it to the next step

@@ -21,12 +21,14 @@ from peerify_dagster.assets.steps.citations import (
     answered_rows,
     citation_library,
     citation_options,
+    cited_key,
     entries_of,
     entry_id,
     manuscript_titles,
     metadata_index,
     paper_blocks,
     verdict_fields,
+    why_not_cited,
 )
 from peerify_dagster.assets.steps.llm import (
     shard_usage_metadata,
@@ -456,48 +458,107 @@ def citance_readings(citances: pl.DataFrame, citance_enrichment: pl.DataFrame) -
             for cid, rule, hedged in zip(citances["citance_id"], citances["claim_type"], citances["hedged"])}
 
 
-@dg.asset(partitions_def=venue_partitions, group_name=GROUP, kinds={"python", "parquet", "pytorch"},
-          op_tags=queue_tags("embedding"))
-def citation_evidence(context: dg.AssetExecutionContext, citances: pl.DataFrame, citance_enrichment: pl.DataFrame,
-                      cited_papers: pl.DataFrame, cited_manuscripts: pl.DataFrame, parsed_manuscripts: pl.DataFrame,
-                      lake: LakeResource, venue_registry: VenueRegistryResource,
-                      embedding_model: EmbeddingResource, retrieval: RetrievalResource) -> pl.DataFrame:
-    """Per citance and cited entry, the top `citations.k` windows of consecutive sentences of the cited paper (3
-    sentences, 5 for a causal or predictive claim) ranked for the citance with its markers removed by the venue's
-    retriever (bm25, dense, hybrid; +rerank with the local reranker), each with its page and boxes. An entry whose
-    full text could not be had keeps one row `no_cited_paper` with the reason."""
+# One row per (citance, cited entry) to rank evidence for: the query (the citance without its markers) and window
+# length are read for the whole venue; the cited key, or why there is none, says which paper's windows to rank.
+EVIDENCE_REQUEST_SCHEMA = {
+    "venue": pl.String, "paper_id": pl.String, "citance_id": pl.String, "entry_id": pl.String, "query": pl.String,
+    "window_sentences": pl.Int64, "cited_key": pl.String, "reason": pl.String,
+}
+
+
+def parsed_keys(cited_manuscripts: pq.ParquetFile, parsed_manuscripts: pq.ParquetFile) -> set[str]:
+    """The cited keys whose full text is parsed: the stored cited PDFs' and the venue's own manuscripts'."""
+    cited = cited_manuscripts.read(columns=["cited_key"]).column("cited_key").to_pylist()
+    own = parsed_manuscripts.read(columns=["paper_id"]).column("paper_id").to_pylist()
+    return set(cited) | {f"forum:{paper_id}" for paper_id in own}
+
+
+@dg.op(out=dg.DynamicOut(pl.DataFrame, io_manager_key=SHARD_IO_MANAGER))
+def plan_citation_evidence(context: dg.OpExecutionContext, citances: pl.DataFrame, citance_enrichment: pl.DataFrame,
+                           cited_papers: pl.DataFrame, cited_manuscripts: pq.ParquetFile,
+                           parsed_manuscripts: pq.ParquetFile, venue_registry: VenueRegistryResource):
+    """Every (citance, cited entry) pair of the venue in its final order, with its query and window length, in
+    shards of the citing papers; no full text is read here."""
     venue = context.partition_key
-    options = citation_options(venue_registry, venue)
-    papers = CitedPapers(cited_papers, cited_manuscripts, parsed_manuscripts)
+    resolutions = {row["entry_id"]: row for row in cited_papers.iter_rows(named=True)}
+    parsed = parsed_keys(cited_manuscripts, parsed_manuscripts)
     readings = citance_readings(citances, citance_enrichment)
-    ranker = WindowRanker(options, lake, embedding_model, retrieval)
     rows = []
     for citance in citances.iter_rows(named=True):
         for entry in citance["entry_ids"]:
-            base = {"venue": venue, "paper_id": citance["paper_id"], "citance_id": citance["citance_id"],
-                    "entry_id": entry, "mode": MODE_WINDOWS, "retriever": options.retriever}
-            key = papers.cited_key(entry)
-            if key is None:
-                rows.append({**base, "status": verdicts.STATUS_NO_CITED_PAPER, "reason": papers.why_not(entry)})
-                continue
+            key = cited_key(resolutions, entry, parsed)
             spans, own = _own_spans(citance, entry)
-            query = evidence.query_of(citance["text"], spans, own)
-            length = evidence.window_length(readings[citance["citance_id"]].claim_type)
-            ranked, none_shown = ranker.rank(key, papers.blocks[key], query, length)
-            if none_shown is not None:
-                status, reason = none_shown
-                rows.append({**base, "cited_key": key, "status": status, "reason": reason})
-            for rank, (window, score) in enumerate(ranked, start=1):
-                rows.append({**base, "cited_key": key, "status": verdicts.STATUS_OK, "rank": rank,
-                             "passage_id": window.passage_id, "text": window.text, "score": float(score),
-                             "page": window.page, "regions": [vars(region) for region in window.regions],
-                             "window_sentences": window.window_sentences})
-    frame = pl.DataFrame(rows, schema=EVIDENCE_SCHEMA)
-    context.add_output_metadata({
-        "pairs": frame.unique(["citance_id", "entry_id"]).height,
-        "by_status": dg.MetadataValue.json(dict(frame.unique(["citance_id", "entry_id"]).group_by("status")
-                                                .len().iter_rows()))})
+            rows.append({"venue": venue, "paper_id": citance["paper_id"], "citance_id": citance["citance_id"],
+                         "entry_id": entry, "query": evidence.query_of(citance["text"], spans, own),
+                         "window_sentences": evidence.window_length(readings[citance["citance_id"]].claim_type),
+                         "cited_key": key, "reason": None if key else why_not_cited(resolutions, entry)})
+    yield from split_by_paper(pl.DataFrame(rows, schema=EVIDENCE_REQUEST_SCHEMA),
+                              venue_registry.venue(context.partition_key).shards, context.log, what="citation pairs")
+
+
+def cited_blocks(keys: set[str], cited_manuscripts: pq.ParquetFile,
+                 parsed_manuscripts: pq.ParquetFile) -> dict[str, list[Block]]:
+    """The blocks of the papers `keys` names, read batch by batch: a shard holds only the papers its citances cite."""
+    blocks: dict[str, list[Block]] = {}
+    for source, column, prefix in ((cited_manuscripts, "cited_key", ""), (parsed_manuscripts, "paper_id", "forum:")):
+        for batch in source.iter_batches(batch_size=MANUSCRIPTS_PER_READ, columns=[column, "blocks"]):
+            for name, records in zip(batch.column(column).to_pylist(), batch.column("blocks").to_pylist()):
+                if f"{prefix}{name}" in keys:
+                    blocks[f"{prefix}{name}"] = [Block.from_record(record) for record in records]
+    return blocks
+
+
+@dg.op(out=dg.Out(pl.DataFrame, io_manager_key=SHARD_IO_MANAGER), tags=queue_tags("embedding"))
+def rank_evidence_shard(context: dg.OpExecutionContext, shard: pl.DataFrame, cited_manuscripts: pq.ParquetFile,
+                        parsed_manuscripts: pq.ParquetFile, lake: LakeResource, venue_registry: VenueRegistryResource,
+                        embedding_model: EmbeddingResource, retrieval: RetrievalResource) -> pl.DataFrame:
+    """The shard's pairs with their ranked windows: each cited paper cut (and embedded) once in the shard."""
+    options = citation_options(venue_registry, context.partition_key)
+    blocks = cited_blocks(set(shard["cited_key"].drop_nulls()), cited_manuscripts, parsed_manuscripts)
+    ranker = WindowRanker(options, lake, embedding_model, retrieval)
+    rows = []
+    for pair in shard.iter_rows(named=True):
+        base = {"venue": pair["venue"], "paper_id": pair["paper_id"], "citance_id": pair["citance_id"],
+                "entry_id": pair["entry_id"], "mode": MODE_WINDOWS, "retriever": options.retriever,
+                SHARD: pair[SHARD], POSITION: pair[POSITION]}
+        key = pair["cited_key"]
+        if key is None:
+            rows.append({**base, "status": verdicts.STATUS_NO_CITED_PAPER, "reason": pair["reason"]})
+            continue
+        ranked, none_shown = ranker.rank(key, blocks[key], pair["query"], pair["window_sentences"])
+        if none_shown is not None:
+            status, reason = none_shown
+            rows.append({**base, "cited_key": key, "status": status, "reason": reason})
+        for rank, (window, score) in enumerate(ranked, start=1):
+            rows.append({**base, "cited_key": key, "status": verdicts.STATUS_OK, "rank": rank,
+                         "passage_id": window.passage_id, "text": window.text, "score": float(score),
+                         "page": window.page, "regions": [vars(region) for region in window.regions],
+                         "window_sentences": window.window_sentences})
+    return pl.DataFrame(rows, schema={**EVIDENCE_SCHEMA, **SHARD_SCHEMA})
+
+
+@dg.op
+def assemble_citation_evidence(context: dg.OpExecutionContext, ranked: list[pl.DataFrame]) -> pl.DataFrame:
+    """The venue's evidence rows from its shards', in the venue's pair order and, inside a pair, by rank."""
+    frame, sharding = assemble_shards(ranked)
+    pairs = frame.unique(["citance_id", "entry_id"])
+    context.add_output_metadata({"pairs": pairs.height, **sharding,
+                                 "by_status": dg.MetadataValue.json(dict(pairs.group_by("status").len().iter_rows()))})
     return frame
+
+
+@dg.graph_asset(partitions_def=venue_partitions, group_name=GROUP, kinds={"python", "parquet", "pytorch"})
+def citation_evidence(citances: pl.DataFrame, citance_enrichment: pl.DataFrame, cited_papers: pl.DataFrame,
+                      cited_manuscripts: pl.DataFrame, parsed_manuscripts: pl.DataFrame) -> pl.DataFrame:
+    """Per citance and cited entry, the top `citations.k` windows of consecutive sentences of the cited paper (3
+    sentences, 5 for a causal or predictive claim) ranked for the citance with its markers removed by the venue's
+    retriever (bm25, dense, hybrid; +rerank with the local reranker), each with its page and boxes. An entry whose
+    full text could not be had keeps one row `no_cited_paper` with the reason. The ranking runs one step per shard
+    of the venue's citing papers (queue `embedding`), each reading only the papers its citances cite."""
+    ranked = plan_citation_evidence(citances, citance_enrichment, cited_papers, cited_manuscripts,
+                                    parsed_manuscripts).map(
+        lambda shard: rank_evidence_shard(shard, cited_manuscripts, parsed_manuscripts))
+    return assemble_citation_evidence(ranked.collect())
 
 
 VERDICT_SCHEMA = {

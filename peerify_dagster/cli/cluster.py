@@ -132,10 +132,27 @@ def parse_queues(text: str) -> list[str]:
     return queues
 
 
+def share_cores(cpus: int | None, processes: int):  # noqa: ANN201 - a WorkerSeat
+    """Register the worker among the machine's workers and, in each step process at each step's start, put its CPU
+    share in force (resources/cpu_shares.py); a step process keeps the model servers of its LLM steps between
+    steps (one gateway's servers per process, not per step)."""
+    from celery import signals
+
+    from peerify_dagster.resources.cpu_shares import apply_share, join_machine
+    from peerify_dagster.resources.llm_gateway import keep_local_servers
+
+    seat = join_machine(cpus, processes)
+    keep_local_servers()
+    signals.task_prerun.connect(lambda **_: apply_share(seat.share()), weak=False)
+    return seat
+
+
 def cmd_worker(args: argparse.Namespace) -> int:
     queues = parse_queues(args.queues)
     if args.concurrency < 1:
         raise ConfigError(f"--concurrency {args.concurrency}: a worker runs at least one step at a time")
+    if args.cpus is not None and args.cpus < 1:
+        raise ConfigError(f"--cpus {args.cpus}: a worker needs at least one core")
     check_cluster_services("`peerify worker`", workers=False)
     from peerify_dagster import cluster
 
@@ -150,8 +167,9 @@ def cmd_worker(args: argparse.Namespace) -> int:
     import peerify_dagster.definitions  # noqa: F401
 
     name = args.name or f"peerify-{uuid.uuid4().hex[:6]}"
+    seat = share_cores(args.cpus, args.concurrency)
     say(f"worker {name}@{socket.gethostname()}: queues {', '.join(queues)}, {args.concurrency} process(es), "
-        f"broker {without_password(deployment.redis_url())}")
+        f"broker {without_password(deployment.redis_url())}; now {seat.share().describe()}")
     app.worker_main(["worker", "--queues", ",".join(queues), "--concurrency", str(args.concurrency),
                      "--hostname", f"{name}@%h", "--loglevel", args.loglevel, "--without-gossip", "--without-mingle"])
     return 0
@@ -171,6 +189,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     worker.add_argument("--queues", default=",".join(QUEUES),
                         help=f"comma-separated queues it serves (default all: {','.join(QUEUES)})")
     worker.add_argument("--concurrency", type=int, default=1, help="steps it runs at once (processes; default 1)")
+    worker.add_argument("--cpus", type=int, default=None,
+                        help="cores of its own, its steps' threads (torch, BLAS, tokenizers, the parser) limited to "
+                             "them and pinned where the platform allows (default: the cores it may use divided "
+                             "among the machine's live workers at each step; alone, all of them)")
     worker.add_argument("--name", help="its Celery name (default peerify-<random>)")
     worker.add_argument("--loglevel", default="INFO", help="Celery's log level (default INFO)")
     worker.set_defaults(func=cmd_worker)

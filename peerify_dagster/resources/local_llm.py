@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import atexit
 import importlib.util
-import os
 import secrets
 import threading
 from pathlib import Path
 from types import TracebackType
 from typing import Any
+
+from peerify_dagster.resources.cpu_shares import available_cores, share_threads
 
 GGUF_MAGIC = b"GGUF"
 # llama.cpp log threshold: errors and warnings reach stderr, the per-request info lines do not.
@@ -73,9 +74,9 @@ class LocalLlamaServer:
         self.model_path = Path(model_path)
         self.model_alias = model_alias
         self.n_ctx = n_ctx
-        # Half the logical CPUs (about the physical cores): llama.cpp threads spin while they
-        # wait, so oversubscribing a busy machine slows every token down.
-        self.n_threads = n_threads or max(1, (os.cpu_count() or 2) // 2)
+        # A worker's share of the machine where one is in force; else half the logical CPUs (about the physical
+        # cores): llama.cpp threads spin while they wait, so oversubscribing a busy machine slows every token down.
+        self.n_threads = n_threads or share_threads() or max(1, len(available_cores()) // 2)
         self.host = host
         self.api_key = secrets.token_urlsafe(24)
         self.port: int | None = None

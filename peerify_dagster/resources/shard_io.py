@@ -54,7 +54,8 @@ def assemble_shards(frames: list[pl.DataFrame]) -> tuple[pl.DataFrame, dict]:
     whole = pl.concat(frames, how="vertical")
     per_shard = {shard_key(shard): rows for shard, rows in whole.group_by(SHARD).len().sort(SHARD).rows()}
     metadata = {"shards": len(frames), "rows_per_shard": dg.MetadataValue.json(per_shard)}
-    return whole.sort(POSITION).drop(SHARD, POSITION).rechunk(), metadata
+    # Stable: a row that became several (a pair's ranked passages) keeps their order.
+    return whole.sort(POSITION, maintain_order=True).drop(SHARD, POSITION).rechunk(), metadata
 
 
 def shard_location(step_key: str, output: str, mapping_key: str | None, venue: str | None) -> tuple[str, str]:

@@ -3,7 +3,7 @@ read the same tables the same way; asset modules never import each other): the g
 and metadata index, bibliography rows as ParsedEntry, the cited papers' full texts, and the planned-row LLM step."""
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from pathlib import Path
 
 import dagster as dg
@@ -144,16 +144,27 @@ class CitedPapers:
 
     def cited_key(self, entry: str) -> str | None:
         """The entry's full text key, None when it could not be had (or its parse is gone)."""
-        row = self.resolutions.get(entry)
-        key = row["cited_key"] if row and row["status"] == RESOLVED else None
-        return key if key in self.blocks else None
+        return cited_key(self.resolutions, entry, self.blocks)
 
     def why_not(self, entry: str) -> str:
-        row = self.resolutions.get(entry)
-        return (row["reason"] if row else None) or "the entry was not resolved to a full text"
+        return why_not_cited(self.resolutions, entry)
 
     def title(self, key: str) -> str | None:
         return next((block.text for block in self.blocks[key] if block.kind == "title"), None)
+
+
+def cited_key(resolutions: dict[str, dict], entry: str, parsed: Container[str]) -> str | None:
+    """The full text key of `entry` (resolutions: cited_papers' rows by entry id), None when it could not be had or
+    its parse is not among `parsed`."""
+    row = resolutions.get(entry)
+    key = row["cited_key"] if row and row["status"] == RESOLVED else None
+    return key if key in parsed else None
+
+
+def why_not_cited(resolutions: dict[str, dict], entry: str) -> str:
+    """Why `entry` has no full text: its resolution's reason."""
+    row = resolutions.get(entry)
+    return (row["reason"] if row else None) or "the entry was not resolved to a full text"
 
 
 def verdict_fields(verdict: verdicts.Verdict) -> dict:

@@ -23,6 +23,7 @@ from peerify_dagster.resources.llm_gateway.backends import (
     Completion,
     OpenAIChatBackend,
     VllmEngineBackend,
+    keep_local_servers,
 )
 from peerify_dagster.resources.llm_gateway.errors import (
     BackendUnavailableError,
@@ -54,5 +55,5 @@ __all__ = [
     "CallFailedError",
     "CallLedger", "CallResult", "Completion", "ConfigurationError", "LLMGateway", "LLMGatewayError", "ModelRegistry",
     "ModelSpec", "OpenAIChatBackend", "PreflightError", "ProgressCallback", "QuarantinedSegment", "RateLimiter",
-    "ReplayMissError", "UsageCounters", "VllmEngineBackend",
+    "ReplayMissError", "UsageCounters", "VllmEngineBackend", "keep_local_servers",
 ]

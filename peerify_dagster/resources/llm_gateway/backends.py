@@ -279,3 +279,26 @@ class LocalServers:
         with self._lock:
             for server in self._servers.values():
                 server.stop()
+
+
+# A Celery worker's step process runs many LLM steps, each with a gateway of its own: there the local servers live as
+# long as the process (`keep_local_servers`, called by `peerify worker` before it forks), so a worker loads a model
+# once, not once per shard. Elsewhere a gateway's servers stop with it, freeing their memory at the step's end.
+_process_servers: LocalServers | None = None
+_keep_servers = False
+
+
+def keep_local_servers() -> None:
+    """Keep this process's (and its forked children's) local model servers between gateways."""
+    global _keep_servers
+    _keep_servers = True
+
+
+def gateway_local_servers(timeout_s: float) -> tuple[LocalServers, bool]:
+    """The local servers a new gateway uses, and whether it owns them (stops them when it closes)."""
+    global _process_servers
+    if not _keep_servers:
+        return LocalServers(timeout_s), True
+    if _process_servers is None:
+        _process_servers = LocalServers(timeout_s)
+    return _process_servers, False

@@ -40,10 +40,10 @@ from peerify_dagster.resources.llm_gateway.backends import (
     AnthropicBackend,
     Backend,
     Completion,
-    LocalServers,
     OpenAIChatBackend,
     VllmEngineBackend,
     classify_sdk_error,
+    gateway_local_servers,
     vllm_missing_message,
 )
 from peerify_dagster.resources.llm_gateway.batches import (
@@ -148,7 +148,7 @@ class LLMGateway:
         self._budget = self._open_budget(max_cost_usd, max_tokens, budget_run_ids)
         self._backends: dict[str, Backend] = {}
         self._backend_locks: dict[str, threading.Lock] = defaultdict(threading.Lock)
-        self._local = LocalServers(request_timeout_s)
+        self._local, self._owns_local_servers = gateway_local_servers(request_timeout_s)
         self._semaphores = {name: concurrency_limit(name, spec.max_concurrency)
                             for name, spec in self.registry.models.items()}
         self._limiters = {name: request_rate_limit(name, spec.requests_per_minute, sleep=sleep)
@@ -697,7 +697,8 @@ class LLMGateway:
         except OSError as error:  # the per-call segments stay valid; the next close compacts them
             logger.warning("ledger compaction skipped: %s", error)
         finally:
-            self._local.stop()
+            if self._owns_local_servers:
+                self._local.stop()
 
     def __enter__(self) -> LLMGateway:
         return self
