@@ -38,7 +38,8 @@ browser:
 	command -v chromium >/dev/null || { SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
 	  $$SUDO apt-get update -q && $$SUDO apt-get install -y -q chromium; }
 
-## services: Debian's redis-server and postgresql for the cluster tests (they start their own servers on loopback)
+## services: Debian's redis-server and postgresql for `peerify cluster up` and the cluster tests (both start their own
+## servers on loopback)
 services:
 	command -v redis-server >/dev/null && ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { \
 	  SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \

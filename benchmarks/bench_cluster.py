@@ -300,7 +300,7 @@ def table(papers: int, results: list[dict]) -> str:
 
 def run_all(papers: int, shards: int, configs: list[Configuration]) -> list[dict]:
     """The venue made once, then one measured run per configuration, on one Redis and one Postgres."""
-    from tests.fakes.services import PostgresService, RedisService
+    from peerify_dagster.resources.local_services import PostgresService, RedisService
 
     with tempfile.TemporaryDirectory(prefix="bench-cluster-") as tmp:
         folder = Path(tmp)

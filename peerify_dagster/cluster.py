@@ -64,19 +64,3 @@ def executor_def() -> dg.ExecutorDefinition | None:
 
     require_redis_url("PEERIFY_EXECUTOR=celery")
     return celery_executor.configured(celery_config(), name="celery")
-
-
-def worker_app():
-    """The Celery app of a worker: dagster_celery's step task, configured by cluster/celery.yaml (the broker and
-    backend of PEERIFY_REDIS_URL)."""
-    from dagster_celery.cli import get_validated_config
-    from dagster_celery.executor import CeleryExecutor
-    from dagster_celery.make_app import make_app
-    from dagster_celery.tasks import create_task
-
-    require_redis_url("a Celery worker")
-    config = get_validated_config(str(CELERY_CONFIG))  # environment variables resolved
-    app = make_app(CeleryExecutor.for_cli(broker=config["broker"], backend=config["backend"],
-                                          config_source=config.get("config_source")).app_args())
-    create_task(app)
-    return app

@@ -3,7 +3,8 @@ public API does not offer. tests/test_dagster_private.py pins the behaviour reli
 that changes any of it fails there, by name, rather than somewhere in a build.
 
 - the Celery executor's step submission and lost-worker failure (celery_steps.py): the step arguments, their
-  packing, a step failure event built from an exception, the retry mode of the executor's config;
+  packing and unpacking (a worker reads a step's run before it runs it), a step failure event built from an
+  exception, the retry mode of the executor's config;
 - opening a Dagster home with instance overrides (resources/runs.py: no step-output capture), and telling a
   single-machine run storage from a shared one;
 - an op's compute function (lineage.py derives code versions from it);
@@ -20,12 +21,12 @@ from dagster._core.execution.retries import RetryMode
 from dagster._core.instance.ref import InstanceRef
 from dagster._core.storage.runs import SqliteRunStorage
 from dagster._grpc.types import ExecuteStepArgs
-from dagster._serdes import pack_value
+from dagster._serdes import pack_value, unpack_value
 from dagster._time import get_current_datetime
 from dagster._utils.error import serializable_error_info_from_exc_info
 
 __all__ = ["ExecuteStepArgs", "RetryMode", "StaleCauseCategory", "StaleStatus", "StepFailureData", "pack_value",
-           "serializable_error_info_from_exc_info"]
+           "serializable_error_info_from_exc_info", "unpack_value"]
 
 # The compute-log manager that captures nothing (resources/runs.py: a terminal build starts no capture process).
 NO_STEP_OUTPUT_CAPTURE = {"compute_logs": {"module": "dagster._core.storage.noop_compute_log_manager",

@@ -22,6 +22,7 @@ import os
 EXECUTORS = ("in_process", "celery")
 OBJECT_STORE_SCHEMES = ("s3://",)
 LOST_WORKER_RETRIES = "PEERIFY_LOST_WORKER_RETRIES"
+LOST_WORKER_ERROR = "WorkerLostError"  # the error class a step failure records when its worker (process) was lost
 DEFAULT_LOST_WORKER_RETRIES = 1
 
 

@@ -92,12 +92,12 @@ def browser_page(browser):
     context.close()
 
 
-# -- real servers on loopback for the cluster profile (tests/fakes/services.py) ------------------------------
+# -- real servers on loopback for the cluster profile (resources/local_services.py) ------------------------------------
 # Started once per session, only when a test asks; each test keeps to its own Redis database or key prefix and its
 # own Postgres database (`postgres_service.create_database(name)`) or S3 bucket (`s3_service.make_bucket(name)`).
 @pytest.fixture(scope="session")
 def redis_service(tmp_path_factory):
-    from tests.fakes.services import RedisService
+    from peerify_dagster.resources.local_services import RedisService
 
     with RedisService(tmp_path_factory.mktemp("redis")) as service:
         yield service
@@ -105,7 +105,7 @@ def redis_service(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def postgres_service(tmp_path_factory):
-    from tests.fakes.services import PostgresService
+    from peerify_dagster.resources.local_services import PostgresService
 
     with PostgresService(tmp_path_factory.mktemp("postgres")) as service:
         yield service
@@ -113,7 +113,7 @@ def postgres_service(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def s3_service(tmp_path_factory):
-    from tests.fakes.services import SeaweedS3Service
+    from peerify_dagster.resources.local_services import SeaweedS3Service
 
     with SeaweedS3Service(tmp_path_factory.mktemp("seaweedfs")) as service:
         yield service

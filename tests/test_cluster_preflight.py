@@ -11,8 +11,8 @@ import pytest
 
 from peerify_dagster.cli.cluster import CONNECT_TIMEOUT_S, check_cluster_services, without_password
 from peerify_dagster.cli.common import ConfigError
+from peerify_dagster.resources.local_services import free_port
 from tests.fakes.cli import SAMPLE_RECORDING, cli_env, fresh_home, peerify, sample_registry, start_peerify, stop_process
-from tests.fakes.services import free_port
 
 REDIS_DB = 7  # this module's own database
 SECRET = "s3cret-pw"

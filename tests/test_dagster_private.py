@@ -77,13 +77,13 @@ def test_staleness_names_a_changed_code_version_as_its_cause():
 
 
 def test_the_celery_step_submission_pieces_keep_their_shape():
-    # celery_steps.submit_step builds ExecuteStepArgs with these keywords
+    # celery_steps.submit_step builds ExecuteStepArgs with these keywords (GuardedStepTask unpacks them)
     parameters = set(inspect.signature(ExecuteStepArgs).parameters)
     assert {"job_origin", "run_id", "step_keys_to_execute", "instance_ref", "retry_mode", "known_state",
             "print_serialized_events"} <= parameters
     assert RetryMode.from_config({"enabled": {}}) == RetryMode.ENABLED
     assert RetryMode.from_config({"disabled": {}}) == RetryMode.DISABLED
-    # a lost worker's failure is told by the error's class name (celery_steps.lost_worker_steps)
+    # a lost worker's failure is told by the error's class name (resources/runs.py lost_worker_failures)
     try:
         raise LookupError("the worker died")
     except LookupError:

@@ -1,5 +1,6 @@
-"""The loopback servers the cluster tests run against (tests/fakes/services.py): each answers, keeps its
-data under its root, refuses wrong credentials where it has them, and is gone, port and process, once stopped."""
+"""The loopback servers the cluster tests and `peerify cluster up` run (resources/local_services.py): each answers,
+keeps its data under its root, refuses wrong credentials where it has them, and is gone, port and process, once
+stopped."""
 
 from __future__ import annotations
 
@@ -13,9 +14,9 @@ import psycopg2
 import pytest
 import redis
 
+from peerify_dagster.resources.local_services import PostgresService, RedisService, SeaweedS3Service, ServiceFailed
 from peerify_dagster.resources.processes import process_alive
 from tests.fakes.cli import port_open
-from tests.fakes.services import PostgresService, RedisService, SeaweedS3Service, ServiceFailed
 
 
 def uid_of(pid: int) -> int:

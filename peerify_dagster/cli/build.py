@@ -271,7 +271,14 @@ def cmd_build(args: argparse.Namespace) -> int:
 
 
 def cmd_recover(args: argparse.Namespace) -> int:
-    open_home(f"`peerify recover` (pid {os.getpid()})")
+    from peerify_dagster.resources.runs import RECENT_RUNS, lost_worker_report
+
+    instance = open_home(f"`peerify recover` (pid {os.getpid()})")
+    lost = lost_worker_report(instance)
+    for line in lost:
+        say(f"lost worker: {line}")
+    if not lost:
+        say(f"recover: no step of the last {RECENT_RUNS} failed runs lost its worker")
     return 0
 
 
@@ -293,6 +300,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     build.set_defaults(func=cmd_build)
 
     recover = subparsers.add_parser("recover", help="mark runs whose process is gone as failed, free their pool "
-                                                    "slots, and remove temporary files of killed writers (run by "
-                                                    "`make dev`)")
+                                                    "slots, remove temporary files of killed writers (run by "
+                                                    "`make dev`), and report steps that lost their Celery worker")
     recover.set_defaults(func=cmd_recover)

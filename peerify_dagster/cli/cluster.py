@@ -37,9 +37,14 @@ def missing_variables() -> list[str]:
 
 
 def cmd_cluster_init(args: argparse.Namespace) -> int:
-    home = Path(args.home).resolve()
+    return init_home(Path(args.home).resolve(), args.force)
+
+
+def init_home(home: Path, force: bool) -> int:
+    """The Dagster home of the cluster profile at `home`, its Postgres storage created; EXIT_USAGE when variables
+    are missing."""
     target = home / "dagster.yaml"
-    if target.exists() and not args.force:
+    if target.exists() and not force:
         raise ConfigError(f"{target} exists: remove it, or pass --force to replace it with {CLUSTER_INSTANCE.name}")
     home.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(CLUSTER_INSTANCE, target)
@@ -63,6 +68,44 @@ def cmd_cluster_init(args: argparse.Namespace) -> int:
     if missing:
         say(f"set {', '.join(missing)} on every machine of the cluster (README: Running on a cluster)")
         return EXIT_USAGE
+    return 0
+
+
+def cmd_cluster_up(args: argparse.Namespace) -> int:
+    from peerify_dagster.resources.local_services import (
+        ENV_FILE,
+        ServiceFailed,
+        loopback_cluster_up,
+        recorded_services,
+    )
+
+    folder = Path(args.folder).resolve()
+    if running := recorded_services(folder):
+        raise ConfigError(f"{folder}: its services are up already ({', '.join(r['name'] for r in running)}): use "
+                          f"`source {folder / ENV_FILE}`, or stop them with `peerify cluster down {folder}`")
+    say(f"starting Redis, Postgres and SeaweedFS's S3 on 127.0.0.1, their data under {folder} ...")
+    try:
+        env = loopback_cluster_up(folder)
+    except ServiceFailed as exc:
+        raise ConfigError(f"`peerify cluster up`: {exc}") from None
+    say(f"Redis {env['PEERIFY_REDIS_URL']}; Postgres {without_password(env['PEERIFY_POSTGRES_URL'])} (role peerify, "
+        f"database dagster); S3 {env['AWS_ENDPOINT_URL']} (lake {env['PEERIFY_LAKE']})")
+    os.environ.update(env)
+    status = init_home(Path(env["DAGSTER_HOME"]), force=False)
+    say(f"the cluster's variables: `source {folder / ENV_FILE}` in each shell (a worker's, the build's); then "
+        "`peerify worker` and `peerify build sample`; `peerify cluster down` stops the servers")
+    return status
+
+
+def cmd_cluster_down(args: argparse.Namespace) -> int:
+    from peerify_dagster.resources.local_services import loopback_cluster_down
+
+    folder = Path(args.folder).resolve()
+    lines = loopback_cluster_down(folder)
+    if not lines:
+        raise ConfigError(f"{folder}: `peerify cluster up` recorded no services there")
+    for line in lines:
+        say(line)
     return 0
 
 
@@ -135,14 +178,16 @@ def parse_queues(text: str) -> list[str]:
 def share_cores(cpus: int | None, processes: int):  # noqa: ANN201 - a WorkerSeat
     """Register the worker among the machine's workers and, in each step process at each step's start, put its CPU
     share in force (resources/cpu_shares.py); a step process keeps the model servers of its LLM steps between
-    steps (one gateway's servers per process, not per step)."""
+    steps (one gateway's servers per process, not per step), and ends with the worker's main process (a kill -9 of
+    the worker leaves no step running unseen: the build fails its steps as lost and runs them again)."""
     from celery import signals
 
-    from peerify_dagster.resources.cpu_shares import apply_share, join_machine
+    from peerify_dagster.resources.cpu_shares import apply_share, end_with_parent, join_machine
     from peerify_dagster.resources.llm_gateway import keep_local_servers
 
     seat = join_machine(cpus, processes)
     keep_local_servers()
+    signals.worker_process_init.connect(lambda **_: end_with_parent(), weak=False)
     signals.task_prerun.connect(lambda **_: apply_share(seat.share()), weak=False)
     return seat
 
@@ -154,24 +199,31 @@ def cmd_worker(args: argparse.Namespace) -> int:
     if args.cpus is not None and args.cpus < 1:
         raise ConfigError(f"--cpus {args.cpus}: a worker needs at least one core")
     check_cluster_services("`peerify worker`", workers=False)
-    from peerify_dagster import cluster
+    from peerify_dagster import celery_steps
+    from peerify_dagster.cluster import CELERY_CONFIG, require_redis_url
 
     try:
-        app = cluster.worker_app()
+        require_redis_url("a Celery worker")
+        app = celery_steps.worker_app(CELERY_CONFIG)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     if deployment.postgres_url() is None:
         say("note: PEERIFY_POSTGRES_URL is unset: this worker can only run steps of runs whose Dagster home it "
             "shares on this machine")
-    # Loaded once here, before the worker forks its processes: each then runs its first step without loading it.
+    # Loaded once here, before the worker forks its processes: each then runs its first step without loading it,
+    # and compares the fingerprint of the code loaded now, not of files changed since, with each build's.
     import peerify_dagster.definitions  # noqa: F401
+    from peerify_dagster.step_fingerprint import loaded_code
 
-    name = args.name or f"peerify-{uuid.uuid4().hex[:6]}"
+    loaded_code()
+
+    nodename = f"{args.name or f'peerify-{uuid.uuid4().hex[:6]}'}@{socket.gethostname()}"
     seat = share_cores(args.cpus, args.concurrency)
-    say(f"worker {name}@{socket.gethostname()}: queues {', '.join(queues)}, {args.concurrency} process(es), "
+    celery_steps.start_heartbeat(nodename)
+    say(f"worker {nodename}: queues {', '.join(queues)}, {args.concurrency} process(es), "
         f"broker {without_password(deployment.redis_url())}; now {seat.share().describe()}")
     app.worker_main(["worker", "--queues", ",".join(queues), "--concurrency", str(args.concurrency),
-                     "--hostname", f"{name}@%h", "--loglevel", args.loglevel, "--without-gossip", "--without-mingle"])
+                     "--hostname", nodename, "--loglevel", args.loglevel, "--without-gossip", "--without-mingle"])
     return 0
 
 
@@ -183,6 +235,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     init.add_argument("home", help="the folder to make the Dagster home (DAGSTER_HOME)")
     init.add_argument("--force", action="store_true", help="replace the folder's dagster.yaml")
     init.set_defaults(func=cmd_cluster_init)
+    up = verbs.add_parser("up", help="try the profile on one machine: start Redis, Postgres (role and database) "
+                                     "and an S3 server (bucket) on loopback, make the Dagster home, and write the "
+                                     "variables to FOLDER/cluster.env (not for production)")
+    up.add_argument("folder", help="where the servers keep their data, logs and records")
+    up.set_defaults(func=cmd_cluster_up)
+    down = verbs.add_parser("down", help="stop the servers `peerify cluster up` started in FOLDER (their data stays)")
+    down.add_argument("folder", help="the folder given to `peerify cluster up`")
+    down.set_defaults(func=cmd_cluster_down)
 
     worker = subparsers.add_parser("worker", help="a Celery worker running the code location's steps "
                                                   "(PEERIFY_REDIS_URL: its broker)")

@@ -143,11 +143,12 @@ def run_on_celery(instance: dg.DagsterInstance, job_name: str, partition_key, ru
     import dagster as dg
 
     from peerify_dagster import deployment
-    from peerify_dagster.celery_steps import lost_worker_steps
     from peerify_dagster.definitions import defs
     from peerify_dagster.reconstruct import reconstructable_job
     from peerify_dagster.resources import runs
+    from peerify_dagster.step_fingerprint import loaded_code
 
+    loaded_code()  # the code this process loaded, which its workers must run too (step_fingerprint.py)
     job = defs.resolve_job_def(job_name)
     if partition_key is not None:
         tags = {**tags, **job.get_tags_for_partition_key(partition_key, asset_selection)}
@@ -155,14 +156,16 @@ def run_on_celery(instance: dg.DagsterInstance, job_name: str, partition_key, ru
 
     def attempt(reexecution: dg.ReexecutionOptions | None = None, config: dict = run_config):
         launch = str(uuid.uuid4())
-        with runs.PoolWaitReporter(instance, None, say, launch_tag=(LAUNCH_TAG, launch)):
+        found_by = (LAUNCH_TAG, launch)
+        with runs.PoolWaitReporter(instance, None, say, launch_tag=found_by), \
+                runs.StepProgressReporter(instance, None, say, launch_tag=found_by):
             return dg.execute_job(reconstructable_job(job_name), instance, run_config=config,
                                   tags={**tags, LAUNCH_TAG: launch}, reexecution_options=reexecution,
                                   asset_selection=None if reexecution else asset_selection)
 
     run = CeleryRun([attempt()])
-    while not run.success and (lost := lost_worker_steps(instance, run.run_id)):
-        what = f"run {run.run_id} ({job_name} {partition_key}): the worker process of {', '.join(lost)} died"
+    while not run.success and (lost := runs.lost_worker_steps(instance, run.run_id)):
+        what = f"run {run.run_id} ({job_name} {partition_key}): {'; '.join(m.rstrip('.') for m in lost.values())}"
         if len(run.attempts) > retries:
             say(f"{what}; not re-executed: {deployment.LOST_WORKER_RETRIES}={retries}, {retries} made")
             break

@@ -1,4 +1,5 @@
-"""The `peerify worker` processes alive on this machine, and a step process's CPU share put in force.
+"""The `peerify worker` processes alive on this machine, a step process's CPU share put in force, and a step
+process that ends with its worker.
 
 Each worker holds an exclusive lock on a file of its own in a per-user folder for as long as it lives (its step
 processes inherit the lock), so a worker that dies, even by SIGKILL, drops out of the count by itself: the lock goes
@@ -124,3 +125,16 @@ def apply_share(share: CpuShare) -> None:
         except (ProcessLookupError, OSError):  # a thread that ended since the listing
             continue
 
+
+PR_SET_PDEATHSIG = 1  # prctl(2): the signal a process gets when its parent dies
+
+
+def end_with_parent() -> None:
+    """Have this process killed when its parent dies (Linux; elsewhere nothing): a worker's step process never runs
+    on, unseen, after its worker's main process was killed."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+    import signal
+
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)

