@@ -106,3 +106,49 @@ def test_the_shipped_errata_name_positions_inside_their_files(script) -> None:
             continue
         assert erratum["why"] and all(1 <= position <= erratum["section_titles"]
                                       for position in erratum["not_headings"]), name
+
+
+PUBLISHER_JATS = (
+    '<article xmlns:xlink="http://www.w3.org/1999/xlink"><front><article-meta><title-group>'
+    "<article-title>The paper itself</article-title></title-group><related-article><title-group><article-title>"
+    "Another paper</article-title></title-group></related-article></article-meta></front><body>"
+    "<sec><title>Introduction</title><p>Body text one.</p>"
+    "<fig><caption><p>A caption is no body paragraph.</p></caption></fig>"
+    "<sec><title>Nested part</title><p>Body text two.</p>"
+    "<table-wrap><table><tr><td><p>A cell.</p></td></tr></table></table-wrap></sec></sec></body>"
+    "<back><sec><title>Author contributions</title><p>All wrote it.</p></sec><ref-list><title>References</title>"
+    "<ref><mixed-citation>Doe J. <article-title>A cited work</article-title>. J 2001.</mixed-citation></ref>"
+    '<ref><mixed-citation>Roe R. A book without article title. Press; 1999. <pub-id pub-id-type="pmid">123</pub-id>'
+    "</mixed-citation></ref></ref-list></back>"
+    "<sub-article><body><sec><title>Decision letter</title><p>Not the article.</p></sec></body></sub-article>"
+    "</article>")
+
+
+def test_a_publishers_jats_gives_the_articles_own_body_and_references(script, tmp_path) -> None:
+    nxml = tmp_path / "paper.nxml"
+    nxml.write_text(PUBLISHER_JATS)
+    truth = script._publisher_jats_truth(nxml)
+    assert truth.title == "The paper itself"
+    assert truth.sections == ["Introduction", "Nested part"]  # not the decision letter's, nor the back matter's
+    assert truth.paragraphs == ["Body text one.", "Body text two."]  # no caption, no table cell
+    assert truth.references == ["A cited work", "Roe R. A book without article title. Press; 1999."]
+    assert truth.unscored_sections == ("Author contributions",)
+
+
+def test_a_publishers_jats_without_a_body_is_named_unreadable(script, tmp_path) -> None:
+    nxml = tmp_path / "abstract-only.nxml"
+    nxml.write_text("<article><front><article-meta/></front><back/></article>")
+    with pytest.raises(script.UnreadableGroundTruth, match="abstract-only.nxml: no <body>"):
+        script._publisher_jats_truth(nxml)
+
+
+def test_the_reference_count_error_sums_each_papers_difference(script) -> None:
+    def paper(blocks: int, entries: int) -> dict:
+        return {"pages": 10, "seconds": 0.5, "captions": [], "references": (entries, entries, entries),
+                "reference_blocks": blocks}
+
+    # 44 blocks for 40 entries and 56 for 60: 8 of 100 miscounted, though the totals agree.
+    line, missed = script._layout_summary("journal", [paper(44, 40), paper(56, 60)])
+    assert "| 8% |" in line and "reference entries counted within 5%" in missed
+    line, missed = script._layout_summary("journal", [paper(41, 40), paper(60, 60)])
+    assert "| 1% |" in line and missed == []

@@ -68,6 +68,9 @@ _ARTICLE_TYPE_LABEL = re.compile(
     r"(?:Research\s+)?(?:Article|Paper|Report|Review|Communication|Note|Research|Study|Letter)s?$",
     re.IGNORECASE,
 )
+# Authors as a reference entry names them: "Agogué, H.", "Brink, M. J.", "H. Agogué, M. Brink,".
+_ENTRY_AUTHORS = re.compile(r"[^\W\d_]{2,}\W?,\s+(?:[A-Z]\.\s?){1,3}[,;]?|\b[A-Z]\.\s[^\W\d_]{2,},")
+TITLE_SEARCH_ROWS = 12  # page 1's first rows, among which a title set below a banner or a sidebar is sought
 _FRONT_MATTER_LABEL = re.compile(
     r"^(?:CCS Concepts|Keywords|Key ?words|Index Terms|Additional Key Words|ACM Reference Format)\b", re.IGNORECASE
 )
@@ -231,8 +234,10 @@ class _ElementBuilder:
         spaced = self._spaced_above(index)
         styled = self._is_styled(row) or is_all_caps(title) or (row.italic and number is not None)
         if self.in_references and not known:
-            # Entries of a reference list are never headings; an appendix after them is styled and numbered.
-            return styled and spaced and number is not None and is_capitalised(title)
+            # Entries of a reference list are never headings; an appendix after them is styled and numbered. A
+            # numbered entry set in bold ("1. Agogué, H., M. Brink, ... 2008.") names authors by their initials.
+            return styled and spaced and number is not None and is_capitalised(title) \
+                and not _ENTRY_AUTHORS.search(title)
         if known:
             return styled or spaced or number is not None
         if not is_capitalised(title) or (text.endswith(".") and number is None) or not spaced:
@@ -525,31 +530,48 @@ class _ElementBuilder:
 
     # The walk -----------------------------------------------------------------------------
 
-    def _front_matter(self) -> int:
-        """Emit the title and author block opening page 1; returns the index of the first other row.
+    def _is_title_like(self, row: Row) -> bool:
+        text = row.text.strip()
+        return reads_like_title(text) and not is_known_section_name(text) and not SECTION_NUMBER.match(text) \
+            and not _ARTICLE_TYPE_LABEL.match(text)
 
-        The title is the largest type among the first rows of page 1; a few smaller lines above it (a
-        venue notice that is not repeated on other pages) join the author block as front matter.
-        """
-        if not self.rows:
-            return 0
+    def _title_start(self) -> int | None:
+        """Where page 1's title starts: the largest type among its first rows. A banner in larger type still (a
+        journal's name or logo, a section label: one or two words), or a sidebar set before the main column, gives
+        way to the largest line of three words or more among page 1's first TITLE_SEARCH_ROWS rows."""
         first_page = self.rows[0].page
+        page = [(index, row) for index, row in enumerate(self.rows[:TITLE_SEARCH_ROWS]) if row.page == first_page]
         largest = max(row.font_size for row in self.rows if row.page == first_page)
         if largest < 1.25 * self.body_size:
-            return 0
-        start = next((index for index, row in enumerate(self.rows[:4])
-                      if row.page == first_page and row.font_size >= 0.97 * largest), None)
+            return None
+        start = next((index for index, row in page[:4] if row.font_size >= 0.97 * largest), None)
         if start is not None and _ARTICLE_TYPE_LABEL.match(self.rows[start].text.strip()) \
                 and start + 1 < len(self.rows) and self.rows[start + 1].font_size >= 0.97 * largest:
             start += 1
+        if start is not None and self._is_title_like(self.rows[start]) and len(self.rows[start].text.split()) >= 3:
+            return start
+        wordy = [(index, row) for index, row in page if row.font_size >= 1.25 * self.body_size
+                 and len(row.text.split()) >= 3 and self._is_title_like(row)]
+        if wordy:
+            size = max(row.font_size for _, row in wordy)
+            return next(index for index, row in wordy if row.font_size >= 0.97 * size)
+        return start if start is not None and self._is_title_like(self.rows[start]) else None
+
+    def _front_matter(self) -> int:
+        """Emit the title and author block opening page 1; returns the index of the first other row.
+
+        The title is the largest type among the first rows of page 1 (`_title_start`); the lines above it (a
+        banner, a venue notice that is not repeated on other pages) join the author block as front matter.
+        """
+        if not self.rows:
+            return 0
+        start = self._title_start()
         if start is None:
             return 0
-        first = self.rows[start]
-        if is_known_section_name(first.text) or SECTION_NUMBER.match(first.text) or not reads_like_title(first.text):
-            return 0
+        first_page, first = self.rows[start].page, self.rows[start]
         index, title, last = start + 1, first.text, first
         while index < len(self.rows) and self.rows[index].page == first_page \
-                and self.rows[index].font_size >= 0.97 * largest \
+                and self.rows[index].font_size >= 0.97 * first.font_size \
                 and 0 <= self.rows[index].y0 - last.y1 <= 1.5 * last.height:
             title, last = f"{title} {self.rows[index].text}", self.rows[index]
             index += 1
