@@ -46,6 +46,7 @@ from tests.fakes.cli import (
     sample_registry,
     start_peerify,
     stop_process,
+    wait_for,
 )
 
 VENUE = "sample"
@@ -146,15 +147,6 @@ def failure_text(instance: dg.DagsterInstance, run_id: str) -> str:
     return " ".join(texts)
 
 
-def wait_for(what: str, found, timeout: float = RUN_TIMEOUT_S, interval: float = 0.2):
-    deadline = time.monotonic() + timeout
-    while not (value := found()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(interval)
-    return value
-
-
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory, redis_service, postgres_service, s3_service):
     root = tmp_path_factory.mktemp("cluster")
@@ -207,10 +199,11 @@ def killed_and_retried(cluster, sample_lake) -> KilledAndRetried:
     llm_ops = llm_pool_ops()
     started = time.monotonic()
     orchestrator = cluster.orchestrate(VENUE)
-    run_id = wait_for("the run to be created", lambda: [r.run_id for r in instance.get_runs(limit=1)])[0]
+    run_id = wait_for("the run to be created", lambda: [r.run_id for r in instance.get_runs(limit=1)],
+                      RUN_TIMEOUT_S)[0]
     start = wait_for(f"an LLM step of {KILLED_ASSET} to start", lambda: [
         record for record in instance.all_logs(run_id, of_type=dg.DagsterEventType.STEP_START)
-        if asset_of(record.step_key) == KILLED_ASSET and op_of(record.step_key) in llm_ops])[0]
+        if asset_of(record.step_key) == KILLED_ASSET and op_of(record.step_key) in llm_ops], RUN_TIMEOUT_S)[0]
     # `peerify recover` meanwhile: the run's orchestrator is alive, so the run is not its to fail.
     recovered = recover_dead_runs(instance)
     step_pid = start.dagster_event.pid

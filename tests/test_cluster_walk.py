@@ -31,6 +31,7 @@ from tests.fakes.cli import (
     sample_registry,
     start_peerify,
     stop_process,
+    wait_for,
 )
 
 VENUE = "sample"
@@ -45,15 +46,6 @@ def read_env_file(path: Path) -> dict[str, str]:
         name, _, value = line.removeprefix("export ").partition("=")
         found[name] = shlex.split(value)[0]
     return found
-
-
-def wait_for(what: str, found, timeout: float = BUILD_TIMEOUT_S, interval: float = 0.1):
-    deadline = time.monotonic() + timeout
-    while not (value := found()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(interval)
-    return value
 
 
 @dataclass
@@ -104,7 +96,8 @@ def walk(tmp_path_factory) -> Walk:
         build = start_peerify("build", VENUE, env=env, logs=root / "build")
         start = wait_for(f"a {KILLED_OP} step to start", lambda: [
             record for run in instance.get_runs(limit=1) for record in instance.all_logs(
-                run.run_id, of_type=dg.DagsterEventType.STEP_START) if KILLED_OP in record.step_key])[0]
+                run.run_id, of_type=dg.DagsterEventType.STEP_START) if KILLED_OP in record.step_key],
+            BUILD_TIMEOUT_S)[0]
         victim = next(name for name, process in workers.items() if start.dagster_event.pid in descendants(process.pid))
         os.kill(workers[victim].pid, signal.SIGKILL)  # the worker's main process, not its step process
         killed_at = time.time()

@@ -124,6 +124,16 @@ def dead_pid() -> int:
 
 
 # -- watching a process from outside (Linux /proc) ------------------------------------------------------------------
+def wait_for(what: str, found, timeout: float, interval: float = 0.1):
+    """What `found()` returns once it is truthy, asked every `interval` s; AssertionError after `timeout` s."""
+    deadline = time.monotonic() + timeout
+    while not (value := found()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(interval)
+    return value
+
+
 def descendants(pid: int) -> list[int]:
     """Every process below `pid` (children of all its threads, recursively); [] once it is gone."""
     found = []
