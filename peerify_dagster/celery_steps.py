@@ -22,6 +22,7 @@ from pathlib import Path
 import celery
 import dagster as dg
 from celery.exceptions import WorkerLostError
+from celery.states import READY_STATES, STARTED
 from dagster_celery.config import TASK_EXECUTE_PLAN_NAME
 from dagster_celery.core_execution_loop import core_celery_execution_loop
 from dagster_celery.executor import CELERY_CONFIG, CeleryExecutor
@@ -38,7 +39,6 @@ from peerify_dagster.dagster_private import (
 )
 
 FINGERPRINT_ARGUMENT = "build_fingerprint"
-STARTED = "STARTED"  # a task's state once a worker process runs it (task_track_started), its meta naming the worker
 
 
 # Each worker's main process says it is alive in Redis every HEARTBEAT_EVERY_S, under a key that expires after
@@ -131,9 +131,11 @@ class StepResult:
         self._lost_worker: str | None = None
 
     def ready(self) -> bool:
-        if self._result.ready():
+        state = self._result.state  # read once a round: each read asks the result backend
+        if state in READY_STATES:
             return True
-        if self._result.state == STARTED and isinstance(info := self._result.info, dict):
+        # STARTED (task_track_started): a worker process runs it, and the result's meta names the worker
+        if state == STARTED and isinstance(info := self._result.info, dict):
             worker = info.get("hostname")
             if worker and worker not in self._watch.alive():
                 self._lost_worker = worker

@@ -158,14 +158,14 @@ def estimate_build(lake: Lake, venue: Venue, snapshot: Path, configurations: Seq
         runs &= set(RELEASE_STAGES)
     size = venue_size(lake, venue, snapshot)
     means = _mean_tokens(lake)
+    options = CitationOptions.from_mapping(venue.citations)
     expected: dict[str, tuple[int, int]] = {}  # stage -> its calls (low, high) when nothing of it is built
     if size is not None:
         claims, papers = _built_rows(lake, venue.key, "review_claims") or size.claims, size.papers
         expected = {"review_claims": size.sections, "claim_types": claims,
                     "paper_claims": (papers * PARAGRAPHS_PER_PAPER, 2 * papers * PARAGRAPHS_PER_PAPER),
                     "claim_labels": (claims[0], 2 * claims[1]),  # per labeller: manuscript; + thread when answered
-                    **_citation_calls(lake, venue, papers, size.sections)}
-    options = CitationOptions.from_mapping(venue.citations)
+                    **_citation_calls(lake, venue, options, papers, size.sections)}
     opted_out = {CITANCE_TAGGING: not options.enrichment, REVIEW_CITATION_VERDICTS: not options.review_citations}
     for stage in LLM_STAGES:
         if stage.per_configuration or stage.name not in runs or opted_out.get(stage.name, False):
@@ -206,13 +206,12 @@ def estimate_build(lake: Lake, venue: Venue, snapshot: Path, configurations: Seq
     return estimate
 
 
-def _citation_calls(lake: Lake, venue: Venue, papers: int,
+def _citation_calls(lake: Lake, venue: Venue, options: CitationOptions, papers: int,
                     review_sections: tuple[int, int]) -> dict[str, tuple[int, int]]:
     """The citation stages' calls (per model of their role): the tagger's one per citance (estimated only where the
     venue turns it on); the verifiers' one per citance x cited entry x evidence mode, from none (no cited paper
     found) to all; the reviews' cited works, from none to REVIEW_CITED_WORKS_PER_SECTION a review section (built:
     one per row of review_citations)."""
-    options = CitationOptions.from_mapping(venue.citations)
     citances = _built_rows(lake, venue.key, "citances") or (papers * CITANCES_PER_PAPER[0],
                                                             papers * CITANCES_PER_PAPER[1])
     pairs = round(citances[1] * ENTRIES_PER_CITANCE * len(options.modes))

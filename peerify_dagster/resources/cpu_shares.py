@@ -23,11 +23,11 @@ from pathlib import Path
 from peerify_dagster.domain.cpu_shares import CpuShare, worker_share
 
 REGISTRY_VARIABLE = "PEERIFY_WORKER_REGISTRY"
+PEERIFY_THREADS = "PEERIFY_THREADS"  # ours: the share's threads, which the local LLM server takes
 # What the thread pools of a step read when they start: OpenMP (torch, llama.cpp), MKL and OpenBLAS (numpy),
-# tokenizers' Rayon pool, Docling's layout models; PEERIFY_THREADS is ours (the local LLM server's threads).
+# tokenizers' Rayon pool, Docling's layout models, and ours.
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS",
-                    "RAYON_NUM_THREADS", "DOCLING_NUM_THREADS", "PEERIFY_THREADS")
-PEERIFY_THREADS = "PEERIFY_THREADS"
+                    "RAYON_NUM_THREADS", "DOCLING_NUM_THREADS", PEERIFY_THREADS)
 
 
 def registry_folder() -> Path:

@@ -150,13 +150,18 @@ class IndexStats:
     dumps: tuple[DumpSummary, ...]
 
 
+def lake_index_path(lake_root: str | Path) -> Path:
+    """Where a folder lake keeps its metadata index: `<lake>/metadata_index/index.duckdb`."""
+    return Path(lake_root) / INDEX_DIR / INDEX_FILE
+
+
 def default_index_path() -> Path:
-    """`<lake>/metadata_index/index.duckdb`; MetadataIndexError for an S3 lake, where the index needs a local path."""
+    """The index of the lake (PEERIFY_LAKE); MetadataIndexError for an S3 lake, where the index needs a local path."""
     lake = paths.lake_root()
     if deployment.is_object_store(lake):
         raise MetadataIndexError(f"the lake is {lake}: the metadata index is a local DuckDB file, so give its path "
                                  "(--index PATH)")
-    return Path(lake) / INDEX_DIR / INDEX_FILE
+    return lake_index_path(lake)
 
 
 def dump_name(path: Path) -> str:

@@ -12,7 +12,7 @@ from pathlib import Path
 from peerify_dagster import deployment
 from peerify_dagster.domain.citations.options import METADATA_INDEX
 from peerify_dagster.domain.citations.reference_report import ReferenceReport, report_row
-from peerify_dagster.resources.metadata_index import INDEX_DIR, INDEX_FILE, MetadataIndex
+from peerify_dagster.resources.metadata_index import MetadataIndex, lake_index_path
 from peerify_dagster.resources.reference_inputs import read_reference_input
 from peerify_dagster.resources.scholarly import CACHE_DIR, ScholarlyClient
 
@@ -30,7 +30,7 @@ def answer_cache(lake_root: str | Path) -> Path | None:
 
 def lake_index(lake_root: Path) -> MetadataIndex | None:
     """The metadata index a local lake holds (`peerify refs index`), or None when it has none."""
-    path = Path(lake_root) / INDEX_DIR / INDEX_FILE
+    path = lake_index_path(lake_root)
     return MetadataIndex(path) if path.is_file() else None
 
 

@@ -15,7 +15,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -344,12 +344,17 @@ class StepProgressReporter(RunWatcher):
         return [f"step {key} failed{took}{self._where(key)}: {event.message or 'see the run in the UI'}"]
 
 
+def _lost_worker_messages(failures: Sequence) -> dict[str, str]:
+    """Of a run's STEP_FAILURE records, those of a lost worker (process): step key -> what the failure says."""
+    return {record.step_key: record.dagster_event.message or "" for record in failures
+            if (error := record.dagster_event.step_failure_data.error)
+            and error.cls_name == deployment.LOST_WORKER_ERROR}
+
+
 def lost_worker_failures(instance: dg.DagsterInstance, run_id: str) -> dict[str, str]:
     """The steps of a run that failed because their worker process died or their worker was lost, each with what its
     failure says."""
-    return {record.step_key: record.dagster_event.message or "" for record in instance.all_logs(
-        run_id, of_type=dg.DagsterEventType.STEP_FAILURE)
-        if (error := record.dagster_event.step_failure_data.error) and error.cls_name == deployment.LOST_WORKER_ERROR}
+    return _lost_worker_messages(instance.all_logs(run_id, of_type=dg.DagsterEventType.STEP_FAILURE))
 
 
 def lost_worker_steps(instance: dg.DagsterInstance, run_id: str) -> dict[str, str]:
@@ -357,7 +362,7 @@ def lost_worker_steps(instance: dg.DagsterInstance, run_id: str) -> dict[str, st
     {} when any failed otherwise, or none did (the run itself failed): only then is re-executing it unchanged of
     use."""
     failures = instance.all_logs(run_id, of_type=dg.DagsterEventType.STEP_FAILURE)
-    lost = lost_worker_failures(instance, run_id)
+    lost = _lost_worker_messages(failures)
     return lost if failures and len(lost) == len({record.step_key for record in failures}) else {}
 
 
