@@ -48,3 +48,59 @@ def test_a_bold_numbered_reference_entry_is_no_heading():
     assert [block.text for block in blocks if block.kind == "heading"] == ["REFERENCES"]
     entries = [block.text for block in blocks if block.kind == "reference"]
     assert len(entries) == 2 and entries[0].startswith("1. Agogué") and entries[1].startswith("2. Agogué")
+
+
+def sidebar(y: float, text: str) -> TextLine:
+    return TextLine(1, 40.0, y, 40.0 + 3.0 * len(text), y + 7.0, 7.0, False, text)
+
+
+SIDEBAR = [f"Note {index}: the journal's sidebar line of metadata" for index in range(30)]
+
+
+def test_a_sidebar_beside_the_main_column_is_read_apart_and_the_title_is_found_past_it():
+    main = [line(90, "RESEARCH ARTICLE", 7.0, x=200.0),
+            line(104, "A Novel Reproductive Mode in Frogs: A New", 18.0, x=200.0),
+            line(126, "Species of Fanged Frog", 18.0, x=200.0),
+            line(152, "Ada Author, Ben Writer", 9.0, x=200.0),
+            *(TextLine(1, 200.0, 180 + 12 * row, 560.0, 190 + 12 * row, 10.0, False,
+                       f"Main column prose line {row} that runs across the whole of the main column here.")
+              for row in range(30))]
+    side = [sidebar(90 + 14 * index, text) for index, text in enumerate(SIDEBAR)]
+    blocks = recover_blocks(sorted(main + side, key=lambda item: (item.y0, item.x0)), PAGE)
+    assert [block.text for block in blocks if block.kind == "title"] == [
+        "A Novel Reproductive Mode in Frogs: A New Species of Fanged Frog"]
+    # No row mixes the sidebar's words with the main column's.
+    assert not any("sidebar" in block.text and "Main column" in block.text for block in blocks)
+    body = " ".join(block.text for block in blocks if block.kind in ("paragraph", "abstract"))
+    assert "line 0 that runs" in body and "line 29 that runs" in body
+
+
+def test_a_reference_list_in_three_columns_under_one_column_text_is_read_column_by_column():
+    entries = [f"{index}. Author{index} AB, Writer CD. 2015 A study number {index}. J. Biol. {index}, 1-9."
+               for index in range(1, 19)]
+    lines = [*prose(60, 6), line(150, "References", 14.0)]
+    for index, entry in enumerate(entries):
+        column, position = divmod(index, 6)
+        first, rest = entry.split(" 2015 ")
+        first += " 2015"
+        x, y = 72.0 + 160.0 * column, 176.0 + 22.0 * position
+        lines += [TextLine(1, x, y, x + 145.0, y + 6.5, 6.5, False, first),
+                  TextLine(1, x + 8, y + 9.5, x + 8 + 3.2 * len(rest), y + 16.0, 6.5, False, rest)]
+    blocks = recover_blocks(sorted(lines, key=lambda item: (item.y0, item.x0)), PAGE)
+    assert [block.text for block in blocks if block.kind == "reference"] == entries
+
+
+def test_a_title_beside_a_journal_box_under_a_longer_banner_leaves_both_out():
+    lines = [line(40, "Journal of Alloys and Compounds", 13.0, x=180.0),
+             line(70, "journal homepage: www.example.org/jalcom", 7.0, x=180.0),
+             TextLine(1, 72.0, 101.0, 100.0, 110.0, 9.0, True, "OPEN"),
+             TextLine(1, 110.0, 98.0, 330.0, 110.5, 12.5, False, "Characterization of severely deformed"),
+             TextLine(1, 400.0, 100.0, 520.0, 106.0, 6.0, False, "Article reuse guidelines"),
+             TextLine(1, 110.0, 114.0, 320.0, 126.5, 12.5, False, "composites made by powder metallurgy"),
+             TextLine(1, 400.0, 116.0, 520.0, 122.0, 6.0, False, "DOI: 10.1000/example"),
+             line(140, "Ada Author, Ben Writer", 10.0), *prose(160, 8)]
+    blocks = recover_blocks(lines, PAGE)
+    assert [block.text for block in blocks if block.kind == "title"] == [
+        "Characterization of severely deformed composites made by powder metallurgy"]
+    front = " ".join(block.text for block in blocks if block.kind in ("authors", "front_matter"))
+    assert "DOI: 10.1000/example" in front and "Journal of Alloys and Compounds" in front

@@ -98,6 +98,38 @@ class _OpenBlock:
 
 
 @dataclass
+class _TitleBlock:
+    """Page 1's title: its rows (indices in reading order) and its type size."""
+
+    rows: list[int]
+    size: float
+
+    def split(self, rows: Sequence[Row]) -> tuple[list[tuple[int, Row]], list[tuple[int, Row]]]:
+        """The block's rows (with their indices) as the title's lines (its type size) and the other lines they
+        share a baseline with (a badge, a box's line beside the title)."""
+        title: list[tuple[int, Row]] = []
+        beside: list[tuple[int, Row]] = []
+        for index in self.rows:
+            row = rows[index]
+            for part, lines in ((title, [line for line in row.lines if line.font_size >= 0.97 * self.size]),
+                                (beside, [line for line in row.lines if line.font_size < 0.97 * self.size])):
+                if lines:
+                    ordered = sorted(lines, key=lambda line: line.x0)
+                    text = normalise_whitespace(" ".join(line.text for line in ordered))
+                    part.append((index, Row(row.page, row.column, ordered, [text])))
+        return title, beside
+
+    def text(self, rows: Sequence[Row]) -> str:
+        return " ".join(row.text for _, row in self.split(rows)[0])
+
+
+def _largest_line(row: Row) -> float:
+    """A row's largest type among its lines of two characters or more (a badge or a marker beside a title line
+    in other type does not lower it)."""
+    return max((line.font_size for line in row.lines if len(line.text.strip()) >= 2), default=row.font_size)
+
+
+@dataclass
 class _Column:
     """The text edges of one column band of a page, from its body-size rows."""
 
@@ -530,53 +562,79 @@ class _ElementBuilder:
 
     # The walk -----------------------------------------------------------------------------
 
-    def _is_title_like(self, row: Row) -> bool:
-        text = row.text.strip()
-        return reads_like_title(text) and not is_known_section_name(text) and not SECTION_NUMBER.match(text) \
-            and not _ARTICLE_TYPE_LABEL.match(text)
+    def _title_block(self, start: int) -> _TitleBlock:
+        """The title block a large row opens: the rows below it in its type size whose lines overlap its own, one
+        line's leading apart. Rows beside it (a journal's box to its right) are passed over and left to the front
+        matter; lines in other type within its rows (an "OPEN" badge) are left out of its text."""
+        first = self.rows[start]
+        size = _largest_line(first)
+        rows, index, last = [start], start + 1, first
+        while index < len(self.rows) and index - rows[-1] <= 6 and self.rows[index].page == first.page:
+            row = self.rows[index]
+            if row.x1 < first.x0 or row.x0 > first.x1:
+                index += 1
+                continue
+            if abs(_largest_line(row) - size) > 0.03 * size or not 0 <= row.y0 - last.y1 <= 1.5 * last.height:
+                break
+            rows.append(index)
+            last = row
+            index += 1
+        return _TitleBlock(rows, size)
 
-    def _title_start(self) -> int | None:
-        """Where page 1's title starts: the largest type among its first rows. A banner in larger type still (a
-        journal's name or logo, a section label: one or two words), or a sidebar set before the main column, gives
-        way to the largest line of three words or more among page 1's first TITLE_SEARCH_ROWS rows."""
+    def _title(self) -> _TitleBlock | None:
+        """Page 1's title: the block of the largest type among the first TITLE_SEARCH_ROWS rows of each of page 1's
+        columns (a sidebar may come first) that reads like a title of three words or more. A banner in larger
+        type (a journal's name or logo, a section label) gives way: among blocks within 7% of the largest size,
+        the one of the most words is the title; one or two words are a title only when no block has more."""
         first_page = self.rows[0].page
-        page = [(index, row) for index, row in enumerate(self.rows[:TITLE_SEARCH_ROWS]) if row.page == first_page]
-        largest = max(row.font_size for row in self.rows if row.page == first_page)
-        if largest < 1.25 * self.body_size:
+        rank: Counter[int] = Counter()
+        blocks: list[_TitleBlock] = []
+        taken: set[int] = set()
+        for index, row in enumerate(self.rows):
+            if row.page != first_page:
+                break
+            rank[row.column] += 1
+            if rank[row.column] > TITLE_SEARCH_ROWS or index in taken \
+                    or _largest_line(row) < 1.25 * self.body_size or _ARTICLE_TYPE_LABEL.match(row.text.strip()):
+                continue
+            block = self._title_block(index)
+            taken.update(block.rows)
+            # Judged by its first line: a title may go on past a comma, or end in a version tag with a link.
+            if self._is_title_like(row.text.rstrip(",;")):
+                blocks.append(block)
+        wordy = [block for block in blocks if len(block.text(self.rows).split()) >= 3] or blocks
+        if not wordy:
             return None
-        start = next((index for index, row in page[:4] if row.font_size >= 0.97 * largest), None)
-        if start is not None and _ARTICLE_TYPE_LABEL.match(self.rows[start].text.strip()) \
-                and start + 1 < len(self.rows) and self.rows[start + 1].font_size >= 0.97 * largest:
-            start += 1
-        if start is not None and self._is_title_like(self.rows[start]) and len(self.rows[start].text.split()) >= 3:
-            return start
-        wordy = [(index, row) for index, row in page if row.font_size >= 1.25 * self.body_size
-                 and len(row.text.split()) >= 3 and self._is_title_like(row)]
-        if wordy:
-            size = max(row.font_size for _, row in wordy)
-            return next(index for index, row in wordy if row.font_size >= 0.97 * size)
-        return start if start is not None and self._is_title_like(self.rows[start]) else None
+        largest = max(block.size for block in wordy)
+        return max((block for block in wordy if block.size >= 0.93 * largest),
+                   key=lambda block: (len(block.text(self.rows).split()), -block.rows[0]))
+
+    def _is_title_like(self, text: str) -> bool:
+        text = text.strip()
+        number = SECTION_NUMBER.match(text)
+        # A title may open with the article "A"; only a numeral marks a section.
+        return reads_like_title(text) and not is_known_section_name(text) and _ARTICLE_TYPE_LABEL.match(text) is None \
+            and not (number and number["number"][0].isdigit())
 
     def _front_matter(self) -> int:
         """Emit the title and author block opening page 1; returns the index of the first other row.
 
-        The title is the largest type among the first rows of page 1 (`_title_start`); the lines above it (a
-        banner, a venue notice that is not repeated on other pages) join the author block as front matter.
+        The title is the largest type among the first rows of page 1 (`_title`); the rows above it (a banner, a
+        sidebar, a venue notice that is not repeated on other pages) and beside it join the author block as front
+        matter.
         """
         if not self.rows:
             return 0
-        start = self._title_start()
-        if start is None:
+        title = self._title()
+        if title is None:
             return 0
-        first_page, first = self.rows[start].page, self.rows[start]
-        index, title, last = start + 1, first.text, first
-        while index < len(self.rows) and self.rows[index].page == first_page \
-                and self.rows[index].font_size >= 0.97 * first.font_size \
-                and 0 <= self.rows[index].y0 - last.y1 <= 1.5 * last.height:
-            title, last = f"{title} {self.rows[index].text}", self.rows[index]
-            index += 1
-        self._emit("title", title, self.rows[start:index])
-        front = self.rows[:start]
+        title_rows, beside = title.split(self.rows)
+        for index, row in title_rows + beside:
+            self.position[id(row)] = index  # a part of a row stands where the row stood
+        self._emit("title", " ".join(row.text for _, row in title_rows), [row for _, row in title_rows])
+        first_page, index = self.rows[0].page, title.rows[-1] + 1
+        front = [row for position, row in enumerate(self.rows[:index]) if position not in title.rows]
+        front += [row for _, row in beside]
         while index < len(self.rows) and self.rows[index].page == first_page and len(front) < 30:
             row = self.rows[index]
             if _RUN_IN_ABSTRACT.match(row.text) or is_caption(row.text) or self._opens_prose(index) \

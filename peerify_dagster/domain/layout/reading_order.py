@@ -1,14 +1,17 @@
 """Reading order: lines grouped into rows, rows into columns, columns read in order.
 
-A page is two-column when both halves hold several wide lines; full-width lines (title, abstract, wide
-floats) split the page into bands, read left column first. A row is the lines sharing a baseline within
-one column; its cells are the runs separated by more than a font size.
+A page is two-column when both halves hold several wide lines; a page whose columns are not its halves (a
+sidebar beside the main column, three columns, a reference list set in three under one-column text) is split
+at its gutters. Full-width lines (title, abstract, wide floats) split the page into bands, read left column
+first. A row is the lines sharing a baseline within one column; its cells are the runs separated by more than
+a font size.
 """
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Sequence
+import statistics
+from collections import Counter, defaultdict
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from peerify_dagster.domain.layout.lines import TextLine, normalise_whitespace
@@ -131,23 +134,72 @@ def _cells_of(members: list[TextLine]) -> list[str]:
     return [normalise_whitespace(" ".join(line.text for line in cell)) for cell in cells]
 
 
-def order_page(lines: list[TextLine], page: int, page_width: float) -> list[Row]:
-    if not _is_two_column(lines, page_width):
-        return _rows_of(lines, 0, page)
+def _gutters(lines: Sequence[TextLine]) -> list[tuple[float, float]]:
+    """Vertical strips of white space that part a page's columns of text, left to right.
+
+    Lines narrower than most of the text block (a column's lines, a sidebar's) mark where text runs; a strip
+    that none of them crosses, wider than most of a font size, is a gutter when the columns on both sides each
+    hold five or more lines of running text (three words or more, half the column's width or wider), so a
+    ragged paragraph end, a centred equation or a figure's labels make none. A line wider than a gutter is read
+    as full width (`_order_bands`).
+    """
+    left, right = min(line.x0 for line in lines), max(line.x1 for line in lines)
+    size = statistics.median(line.font_size for line in lines)
+    gutters: list[tuple[float, float]] = []
+    reach = left
+    for x0, x1 in sorted((line.x0, line.x1) for line in lines
+                         if line.x1 - line.x0 < 0.7 * (right - left) and len(line.text) >= 2):
+        if x0 - reach >= 0.8 * size:
+            gutters.append((reach, x0))
+        reach = max(reach, x1)
+
+    def running_lines(start: float, end: float) -> int:
+        return sum(1 for line in lines if line.x0 >= start - 1 and line.x1 <= end + 1
+                   and len(line.text.split()) >= 3 and line.x1 - line.x0 >= 0.5 * (end - start))
+
+    while gutters:
+        edges = [left, *(edge for gutter in gutters for edge in gutter), right]
+        thin = next((index for index in range(len(gutters) + 1)
+                     if running_lines(edges[2 * index], edges[2 * index + 1]) < 5), None)
+        if thin is None:
+            break
+        gutters.pop(min(thin, len(gutters) - 1))  # the column merges with its right neighbour (the last, its left)
+    return gutters
+
+
+def _order_bands(lines: Sequence[TextLine], page: int, column_of: Callable[[TextLine], int]) -> list[Row]:
+    """Columns read top to bottom, left to right, within bands that full-width lines (column 0) separate."""
     groups: list[tuple[int, list[TextLine]]] = []
     full_width: list[TextLine] = []
-    band: dict[int, list[TextLine]] = {1: [], 2: []}
+    band: dict[int, list[TextLine]] = defaultdict(list)
     for line in sorted(lines, key=lambda item: (item.y0, item.x0)):
-        column = _column_of(line, page_width)
+        column = column_of(line)
         if column == 0:
-            if band[1] or band[2]:
-                groups += [(1, band[1]), (2, band[2])]
-                band = {1: [], 2: []}
+            if band:
+                groups += sorted(band.items())
+                band = defaultdict(list)
             full_width.append(line)
         else:
             if full_width:
                 groups.append((0, full_width))
                 full_width = []
             band[column].append(line)
-    groups += [(0, full_width), (1, band[1]), (2, band[2])]
+    groups += [(0, full_width), *sorted(band.items())]
     return [row for column, members in groups if members for row in _rows_of(members, column, page)]
+
+
+def order_page(lines: list[TextLine], page: int, page_width: float) -> list[Row]:
+    gutters = _gutters(lines) if lines else []
+    if len(gutters) < 2 and _is_two_column(lines, page_width):
+        return _order_bands(lines, page, lambda line: _column_of(line, page_width))
+    if not gutters:
+        return _rows_of(lines, 0, page)
+    # A sidebar beside the main column, or three columns or more: column k runs between gutters k - 1 and k.
+    bounds = [gutter[0] for gutter in gutters] + [float("inf")]
+    starts = [float("-inf")] + [gutter[1] for gutter in gutters]
+
+    def column_of(line: TextLine) -> int:
+        return next((index + 1 for index, (start, end) in enumerate(zip(starts, bounds))
+                     if line.x0 >= start - 1 and line.x1 <= end + 1), 0)
+
+    return _order_bands(lines, page, column_of)
