@@ -104,3 +104,49 @@ def test_a_title_beside_a_journal_box_under_a_longer_banner_leaves_both_out():
         "Characterization of severely deformed composites made by powder metallurgy"]
     front = " ".join(block.text for block in blocks if block.kind in ("authors", "front_matter"))
     assert "DOI: 10.1000/example" in front and "Journal of Alloys and Compounds" in front
+
+
+def face(y: float, text: str, size: float, font: str, bold: bool = False, x: float = 72.0) -> TextLine:
+    return TextLine(1, x, y, x + 5.0 * len(text) * size / 10, y + size, size, bold, text, font=font)
+
+
+def test_a_heading_face_smaller_than_the_body_is_learnt_from_a_body_section_name():
+    body = "Body prose of the paper set in the serif face that runs across the column and goes on."
+    lines = []
+    y = 60.0
+    for heading in ("The Model", "Discussion"):
+        lines.append(face(y, heading, 8.0, "Frutiger-BlackCn", bold=True))
+        y += 11
+        for _ in range(6):
+            lines.append(face(y, body, 10.75, "Dutch801BT-Roman"))
+            y += 11
+    blocks = recover_blocks(lines, PAGE)
+    assert [block.text for block in blocks if block.kind == "heading"] == ["The Model", "Discussion"]
+    # Without a body section's name, nothing teaches the face: a small bold line stays text.
+    lines[len(lines) // 2] = face(lines[len(lines) // 2].y0, "Another Section", 8.0, "Frutiger-BlackCn", bold=True)
+    assert [block.text for block in recover_blocks(lines[:len(lines) // 2 + 1], PAGE)
+            if block.kind == "heading"] == []
+
+
+def entry(y: float, text: str, x: float = 72.0, size: float = 7.25) -> TextLine:
+    return TextLine(1, x, y, x + 3.3 * len(text), y + size, size, False, text)
+
+
+def test_a_reference_list_no_heading_names_is_found_by_its_entries_shape_and_pauses_for_body_text():
+    body = [line(60 + 12 * row, PROSE) for row in range(20)]
+    entries = [entry(310, "1. Weiss, H. A. & Hawkes, S. (2001) Leprosy Rev. 72, 92-98."),
+               entry(320, "2. Taha, T. E., Dallabetta, G. A. & Hoover, D. R. (1998)"),
+               entry(329, "AIDS 12, 197-203.", x=80.0),
+               entry(339, "3. D'Souza, M. P. & Harden, V. A. (1996) Nat. Med. 2, 1293-1300.")]
+    more_body = [line(360 + 12 * row, PROSE) for row in range(3)]
+    resumed = [entry(410, "4. Martinson, J. J. & Clegg, J. B. (1997) Nat. Genet. 16, 100-103."),
+               entry(420, "5. Roos, M. T. L. & Lange, J. M. A. (1992) J. Infect. Dis. 165, 427-432.")]
+    blocks = recover_blocks(body + entries + more_body + resumed, PAGE)
+    references = [block.text for block in blocks if block.kind == "reference"]
+    assert [text[:3] for text in references] == ["1. ", "2. ", "3. ", "4. ", "5. "]
+    assert references[1].endswith("AIDS 12, 197-203.")
+    assert sum(1 for block in blocks if block.kind != "reference" and PROSE[:20] in block.text) >= 2
+    # A numbered list in the body that names no authors is no reference list.
+    steps = [entry(310 + 10 * index, f"{index}. We run step {index} of the method on every paper.")
+             for index in range(1, 5)]
+    assert not any(block.kind == "reference" for block in recover_blocks(body + steps, PAGE))

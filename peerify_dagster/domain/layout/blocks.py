@@ -81,7 +81,9 @@ class LayoutElement:
     """A typed element before section assignment; `level_hint` is a heading level a parser knew; `regions` and
     `line_regions` as in `Block`."""
 
-    kind: str  # one of BLOCK_KINDS except "reference" / "checklist" (from the section) and "front_matter" (assembly)
+    # One of BLOCK_KINDS except "checklist" (from the section) and "front_matter" (assembly); "reference" only for
+    # the entries of a list no heading names (a references section makes its paragraphs entries).
+    kind: str
     text: str
     page: int
     level_hint: int | None = None

@@ -40,6 +40,7 @@ from peerify_dagster.domain.layout.headings import (
     is_all_caps,
     is_capitalised,
     is_known_section_name,
+    is_main_text_section_name,
     number_in_sequence,
     reads_like_title,
     split_number,
@@ -55,7 +56,7 @@ from peerify_dagster.domain.layout.lines import (
     normalise_whitespace,
 )
 from peerify_dagster.domain.layout.reading_order import Row, order_page
-from peerify_dagster.domain.layout.references import continues_reference_entry, in_references_after
+from peerify_dagster.domain.layout.references import continues_reference_entry, in_references_after, numbered_entry
 from peerify_dagster.domain.layout.regions import LineRegion, Region, merge_regions, text_offset
 
 _RUN_IN_ABSTRACT = re.compile(r"^Abstract\s*[.:\u2014\u2013-]\s*(?=\S)")
@@ -156,6 +157,11 @@ class _ElementBuilder:
         self.pending: _OpenBlock | None = None
         self.seen_heading = False
         self.in_references = False
+        # A reference list that no heading names, found by its entries' shape: its blocks are entries all the same.
+        # It pauses at body text in other type (the main text running on in the next column) and resumes at the
+        # next numbered entry in the entries' type (`unnamed_entry_size`).
+        self.unnamed_references = False
+        self.unnamed_entry_size: float | None = None
         # Whether the reference list has shown an indented further line: then its entries hang, and a line at the
         # margin starts a new entry even where the entry above ends without a full stop ("... 1: 154-158").
         self.references_hang = False
@@ -163,6 +169,7 @@ class _ElementBuilder:
         self.last_number: tuple[int, ...] | None = None
         self.numbered_paper = self._count_numbered_candidates() >= 2
         self.body_fonts = self._body_fonts()
+        self.heading_faces = self._heading_faces()
 
     # Measurements -------------------------------------------------------------------------
 
@@ -185,6 +192,17 @@ class _ElementBuilder:
                 faces[row.font] += len(row.text)
         total = sum(faces.values()) or 1
         return {face for face, count in faces.items() if count >= 0.05 * total} | {""}
+
+    def _heading_faces(self) -> set[tuple[str, bool, float]]:
+        """The faces (name, weight, size) that set the name of a body section standing alone on its line
+        ("Introduction", "Discussion"), outside running text's faces: the paper's heading face, learnt before its
+        first heading, so that its other headings count as styled from the start, in type smaller than the body
+        too (a journal's small bold sans-serif heads)."""
+        return {
+            (row.font, row.bold, round(row.font_size, 1)) for row in self.rows
+            if row.font not in self.body_fonts and len(row.cells) == 1 and not row.italic
+            and is_main_text_section_name(row.text.strip())
+        }
 
     def _column_edges(self) -> dict[tuple[int, int], _Column]:
         groups: dict[tuple[int, int], list[Row]] = defaultdict(list)
@@ -236,8 +254,10 @@ class _ElementBuilder:
         return row.bold or row.font_size >= self.body_size * 1.1 or self._in_heading_face(row)
 
     def _in_heading_face(self, row: Row) -> bool:
-        # Not in the front matter, whose author and affiliation lines have faces of their own.
-        return self.seen_heading and not row.italic and row.font not in self.body_fonts
+        # Not in the front matter, whose author and affiliation lines have faces of their own, unless in the face
+        # the paper's standard section names are set in.
+        return (row.font, row.bold, round(row.font_size, 1)) in self.heading_faces \
+            or self.seen_heading and not row.italic and row.font not in self.body_fonts
 
     def _heading_at(self, index: int) -> bool:
         # Asked several times per row (floats look ahead for headings); the answer depends only on the row,
@@ -251,8 +271,9 @@ class _ElementBuilder:
         row = self.rows[index]
         if row.lead_emphasis or len(row.text) > 150 or len(row.text.split()) > 16 or is_caption(row.text):
             return False
+        learnt_face = (row.font, row.bold, round(row.font_size, 1)) in self.heading_faces
         if row.font_size < 0.93 * self.body_size and not (
-                self._in_heading_face(row) and is_known_section_name(row.text.strip())):
+                learnt_face or self._in_heading_face(row) and is_known_section_name(row.text.strip())):
             return False  # headings are not set smaller than the body text, but back matter may be, in its own face
         text = unglue_heading(row.text, self.vocabulary)
         words = text.split()
@@ -263,7 +284,8 @@ class _ElementBuilder:
         if not reads_like_title(title):
             return False
         known = is_known_section_name(title) or is_known_section_name(text)
-        spaced = self._spaced_above(index)
+        # A line in the face the body's sections are named in needs no space to stand apart.
+        spaced = self._spaced_above(index) or learnt_face
         styled = self._is_styled(row) or is_all_caps(title) or (row.italic and number is not None)
         if self.in_references and not known:
             # Entries of a reference list are never headings; an appendix after them is styled and numbered. A
@@ -287,6 +309,23 @@ class _ElementBuilder:
             and not is_table_row(self.rows[index + 1] if index + 1 < len(self.rows) else row)
         )
 
+    def _opens_unnamed_references(self, index: int) -> bool:
+        """A reference list that no heading names (PNAS, BMJ): in the paper's second half, a line opening entry 1
+        (a number, then authors by surname and initials) in type no larger than the body, and below it, in the
+        same type, lines opening entries numbered on from it."""
+        row = self.rows[index]
+        if self.in_references or index < len(self.rows) // 2 or row.font_size > 1.02 * self.body_size:
+            return False
+        if self.unnamed_entry_size is not None:
+            return numbered_entry(row.text) is not None \
+                and abs(row.font_size - self.unnamed_entry_size) < 0.1 * self.unnamed_entry_size
+        if numbered_entry(row.text) != 1:
+            return False
+        numbers = [number for below in self.rows[index + 1:index + 40]
+                   if abs(below.font_size - row.font_size) < 0.1 * row.font_size
+                   and (number := numbered_entry(below.text)) is not None]
+        return len(numbers) >= 3 and numbers[:3] == sorted(set(numbers[:3])) and numbers[2] <= 8
+
     def _italic_subheading(self, index: int) -> bool:
         """An unnumbered paper's italic subheading: a short italic line standing apart, over upright text (an
         italic block quote goes on in italic)."""
@@ -298,7 +337,9 @@ class _ElementBuilder:
         number, _ = split_number(text)
         if number and number[0].isdigit():
             self.last_number = tuple(int(part) for part in number.split("."))
-        self.in_references = in_references_after(text, self.in_references)
+        # Any heading ends a reference list that none named.
+        self.in_references = in_references_after(text, self.in_references and not self.unnamed_references)
+        self.unnamed_references = False
         self.seen_heading = True
 
     def _opens_prose(self, index: int) -> bool:
@@ -468,7 +509,8 @@ class _ElementBuilder:
         if self.open is None:
             return
         block, self.open = self.open, None
-        element = self._element(block.kind, block.text, block.rows, block.starts)
+        kind = "reference" if self.unnamed_references and block.kind == "paragraph" else block.kind
+        element = self._element(kind, block.text, block.rows, block.starts)
         if block.slot is None:
             self.elements.append(element)
         else:
@@ -677,6 +719,15 @@ class _ElementBuilder:
                 self.open = _OpenBlock("paragraph", row.text[run_in.end():], [row])
                 index += 1
                 continue
+            if self._opens_unnamed_references(index):
+                self._close()
+                self._flush_pending()
+                self.in_references = self.unnamed_references = True
+                self.unnamed_entry_size = row.font_size
+            elif self.unnamed_references and self.unnamed_entry_size is not None \
+                    and abs(row.font_size - self.unnamed_entry_size) >= 0.1 * self.unnamed_entry_size:
+                self._close()
+                self.in_references = self.unnamed_references = False
             if self._heading_at(index):
                 self._close()
                 self._flush_pending()

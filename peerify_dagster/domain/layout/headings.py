@@ -44,6 +44,11 @@ _END_OF_MAIN_TEXT_NAMES = {
     "broader impacts", "impact statement", "ethics statement", "ethical considerations",
     "reproducibility statement", "author contributions",
 }
+# The body's own sections, set in the paper's heading face (back matter is often set smaller, in a face of its own).
+_MAIN_TEXT_NAMES = {
+    "introduction", "background", "related work", "method", "methods", "methodology", "materials and methods",
+    "experiments", "results", "discussion", "results and discussion", "conclusion", "conclusions",
+}
 _TOP_LEVEL_NAMES = _ABSTRACT_NAMES | _REFERENCE_NAMES | _APPENDIX_NAMES | _CHECKLIST_NAMES | _OTHER_TOP_LEVEL_NAMES
 # Words that make up section names, for splitting headings whose spaces the PDF lost ("RelatedWork").
 _HEADING_VOCABULARY = frozenset(
@@ -73,6 +78,11 @@ def _plain_name(text: str) -> str:
 def is_known_section_name(text: str) -> bool:
     """True for the standard unnumbered section names (Abstract, References, Appendix, ...)."""
     return _plain_name(text) in _TOP_LEVEL_NAMES
+
+
+def is_main_text_section_name(text: str) -> bool:
+    """True for the names of the body's standard sections (Introduction, Methods, Results, Discussion, ...)."""
+    return _plain_name(text) in _MAIN_TEXT_NAMES
 
 
 def split_number(text: str) -> tuple[str | None, str]:

@@ -13,6 +13,21 @@ from peerify_dagster.domain.layout.headings import describe_heading, split_numbe
 REFERENCE_ENTRY_START = re.compile(r"^(?:\[\d{1,3}\]|\d{1,3}\.\s+[A-Z])")
 
 
+# "1. Weiss, H. A., & Hawkes, S. (2001)", "[3] A. Author, B. Writer,", "12 Shah NC, Howie JGR." : a number, then
+# authors by surname and initials, in either order.
+_NUMBERED_ENTRY = re.compile(
+    r"^(?:\[(?P<bracketed>\d{1,3})\]|(?P<number>\d{1,3})\.?)\s+"
+    r"(?=.{0,60}?(?:[^\W\d_]{2,},\s+(?:[A-Z]\.\s?){1,3}|\b[A-Z]\.\s?(?:[A-Z]\.\s?)?[^\W\d_]{2,}|"
+    r"\b[A-Z][^\W\d_]+(?:-[A-Z][^\W\d_]+)?\s[A-Z]{1,3}[,.]))"
+)
+
+
+def numbered_entry(text: str) -> int | None:
+    """The number of a line that opens a numbered reference entry naming its authors by initials, else None."""
+    match = _NUMBERED_ENTRY.match(text)
+    return None if match is None else int(match["bracketed"] or match["number"])
+
+
 def continues_reference_entry(text: str, indent: float, body_size: float, ends_sentence: bool,
                               hanging: bool = False) -> bool | None:
     """Inside a reference list: True when a line (`indent` from its column's left edge) runs on the entry
