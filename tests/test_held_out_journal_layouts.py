@@ -4,6 +4,8 @@ bold, which names its authors by their initials, never read as a heading."""
 
 from __future__ import annotations
 
+import pytest
+
 from peerify_dagster.domain.layout.elements import recover_blocks
 from peerify_dagster.domain.layout.lines import TextLine
 
@@ -150,3 +152,22 @@ def test_a_reference_list_no_heading_names_is_found_by_its_entries_shape_and_pau
     steps = [entry(310 + 10 * index, f"{index}. We run step {index} of the method on every paper.")
              for index in range(1, 5)]
     assert not any(block.kind == "reference" for block in recover_blocks(body + steps, PAGE))
+
+
+@pytest.mark.parametrize("front", [
+    "Kate Griffiths¹, Rong Hou², Hairui Wang² and Zhihe Zhang²",  # a byline with affiliation marks
+    "Research Article",  # an article-type label
+    "Received: February 27, 2024 Revised: March 20, 2024",  # the history line
+    "Ri + Ras + Rc + Rs",  # a fraction's denominator on its own line
+])
+def test_front_matter_and_formulas_set_like_headings_are_no_headings(front):
+    lines = [*prose(60, 4), line(120, front, 12.0, bold=True), *prose(140, 4),
+             line(200, "Discussion", 12.0, bold=True), *prose(220, 4)]
+    assert [block.text for block in recover_blocks(lines, PAGE) if block.kind == "heading"] == ["Discussion"]
+
+
+def test_materials_and_methods_is_a_standard_section_in_body_type():
+    lines = [*prose(60, 4), line(120, "MATERIALS AND METHODS", 10.0, bold=True), *prose(136, 4),
+             line(200, "1. A numbered line that makes the paper count as numbered", 10.0, bold=True),
+             line(216, "2. Another numbered line of the paper", 10.0, bold=True), *prose(232, 2)]
+    assert "MATERIALS AND METHODS" in [block.text for block in recover_blocks(lines, PAGE) if block.kind == "heading"]

@@ -69,6 +69,14 @@ _ARTICLE_TYPE_LABEL = re.compile(
     r"(?:Research\s+)?(?:Article|Paper|Report|Review|Communication|Note|Research|Study|Letter)s?$",
     re.IGNORECASE,
 )
+# Front matter set like a heading: an article-type label, the history line, a keywords label.
+_NEVER_A_HEADING = re.compile(
+    rf"{_ARTICLE_TYPE_LABEL.pattern[:-1]}\s*$|(?:Received|Accepted|Published|Revised)\b\s*:?\s*(?:\d|[A-Z][a-z]+\.?\s+\d)|"
+    r"(?:Keywords|Key ?words|Article history|Article info)\b\s*:?\s*$",
+    re.IGNORECASE,
+)
+# A byline: names with affiliation marks ("Anyi Hu,¹,² Nianzhi Jiao,¹ * ...", "Kate Griffiths¹, Rong Hou²").
+_AFFILIATION_MARK = re.compile(r"[¹²³⁴⁵⁶⁷⁸⁹⁰*†‡§]")
 # Authors as a reference entry names them: "Agogué, H.", "Brink, M. J.", "H. Agogué, M. Brink,".
 _ENTRY_AUTHORS = re.compile(r"[^\W\d_]{2,}\W?,\s+(?:[A-Z]\.\s?){1,3}[,;]?|\b[A-Z]\.\s[^\W\d_]{2,},")
 TITLE_SEARCH_ROWS = 12  # page 1's first rows, among which a title set below a banner or a sidebar is sought
@@ -122,6 +130,11 @@ class _TitleBlock:
 
     def text(self, rows: Sequence[Row]) -> str:
         return " ".join(row.text for _, row in self.split(rows)[0])
+
+
+def _is_byline(text: str) -> bool:
+    """Names with affiliation marks: two marks or more, and a comma or "and" between names."""
+    return len(_AFFILIATION_MARK.findall(text)) >= 2 and re.search(r",|\band\b", text) is not None
 
 
 def _largest_line(row: Row) -> float:
@@ -269,7 +282,8 @@ class _ElementBuilder:
 
     def _is_heading(self, index: int) -> bool:
         row = self.rows[index]
-        if row.lead_emphasis or len(row.text) > 150 or len(row.text.split()) > 16 or is_caption(row.text):
+        if row.lead_emphasis or len(row.text) > 150 or len(row.text.split()) > 16 or is_caption(row.text) \
+                or _is_byline(row.text) or _NEVER_A_HEADING.match(row.text.strip()):
             return False
         learnt_face = (row.font, row.bold, round(row.font_size, 1)) in self.heading_faces
         if row.font_size < 0.93 * self.body_size and not (

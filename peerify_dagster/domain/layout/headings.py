@@ -30,6 +30,8 @@ _CHECKLIST_NAMES = {
 }
 _OTHER_TOP_LEVEL_NAMES = {
     "introduction", "related work", "related works", "background", "preliminaries", "method", "methods",
+    "materials and methods", "material and methods", "methods and materials", "materials & methods",
+    "patients and methods", "subjects and methods",
     "methodology", "approach", "experiments", "experimental setup", "experimental results", "results",
     "evaluation", "analysis", "discussion", "conclusion", "conclusions", "conclusion and future work",
     "conclusions and future work", "summary", "future work", "limitations", "acknowledgments", "acknowledgements",
@@ -47,6 +49,7 @@ _END_OF_MAIN_TEXT_NAMES = {
 # The body's own sections, set in the paper's heading face (back matter is often set smaller, in a face of its own).
 _MAIN_TEXT_NAMES = {
     "introduction", "background", "related work", "method", "methods", "methodology", "materials and methods",
+    "material and methods", "methods and materials", "materials & methods", "patients and methods",
     "experiments", "results", "discussion", "results and discussion", "conclusion", "conclusions",
 }
 _TOP_LEVEL_NAMES = _ABSTRACT_NAMES | _REFERENCE_NAMES | _APPENDIX_NAMES | _CHECKLIST_NAMES | _OTHER_TOP_LEVEL_NAMES
@@ -185,7 +188,7 @@ def number_in_sequence(number: str, previous: tuple[int, ...] | None, in_referen
 
 def reads_like_title(text: str) -> bool:
     """Text that could be a heading: mostly letters, at least one real word, no formula and no open sentence."""
-    if MATH.search(text) or re.search(r"https?://|www\.|@|et al\.", text):
+    if MATH.search(text) or re.search(r"https?://|www\.|@|et al\.|\s[+−×/]\s.*\s[+−×/]\s", text):
         return False
     letters = sum(character.isalpha() for character in text)
     if letters < 3 or letters < 0.6 * len(text.replace(" ", "")):
