@@ -68,7 +68,9 @@ def test_a_sidebar_beside_the_main_column_is_read_apart_and_the_title_is_found_p
                        f"Main column prose line {row} that runs across the whole of the main column here.")
               for row in range(30))]
     side = [sidebar(90 + 14 * index, text) for index, text in enumerate(SIDEBAR)]
-    blocks = recover_blocks(sorted(main + side, key=lambda item: (item.y0, item.x0)), PAGE)
+    # A line above both that crosses the gutter (a byline set from the left margin) is read as full width.
+    byline = [TextLine(1, 40.0, 60.0, 300.0, 69.0, 9.0, True, "Kai Vahldiek, Bernd Rueger and Frank Klawonn")]
+    blocks = recover_blocks(sorted(byline + main + side, key=lambda item: (item.y0, item.x0)), PAGE)
     assert [block.text for block in blocks if block.kind == "title"] == [
         "A Novel Reproductive Mode in Frogs: A New Species of Fanged Frog"]
     # No row mixes the sidebar's words with the main column's.

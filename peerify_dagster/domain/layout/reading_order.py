@@ -138,20 +138,27 @@ def _gutters(lines: Sequence[TextLine]) -> list[tuple[float, float]]:
     """Vertical strips of white space that part a page's columns of text, left to right.
 
     Lines narrower than most of the text block (a column's lines, a sidebar's) mark where text runs; a strip
-    that none of them crosses, wider than most of a font size, is a gutter when the columns on both sides each
-    hold five or more lines of running text (three words or more, half the column's width or wider), so a
-    ragged paragraph end, a centred equation or a figure's labels make none. A line wider than a gutter is read
-    as full width (`_order_bands`).
+    that none of them crosses but a few (one in twenty, two at least), wider than most of a font size, is a
+    gutter when the columns on both sides each hold five or more lines of running text (three words or more,
+    half the column's width or wider), so a ragged paragraph end, a centred equation or a figure's labels make
+    none. A line across a gutter is read as full width (`_order_bands`).
     """
     left, right = min(line.x0 for line in lines), max(line.x1 for line in lines)
     size = statistics.median(line.font_size for line in lines)
+    narrow = [line for line in lines if line.x1 - line.x0 < 0.7 * (right - left) and len(line.text) >= 2]
+    # A few narrow lines may cross (a byline, a title's last line above a sidebar): they are read as full width.
+    crossing_allowed = max(2, len(narrow) // 20)
+    edges = sorted([(line.x0, 1) for line in narrow] + [(line.x1, -1) for line in narrow])
     gutters: list[tuple[float, float]] = []
-    reach = left
-    for x0, x1 in sorted((line.x0, line.x1) for line in lines
-                         if line.x1 - line.x0 < 0.7 * (right - left) and len(line.text) >= 2):
-        if x0 - reach >= 0.8 * size:
-            gutters.append((reach, x0))
-        reach = max(reach, x1)
+    covering, opened = 0, None
+    for x, step in edges:
+        if covering <= crossing_allowed and opened is not None and x - opened >= 0.8 * size and opened > left:
+            if gutters and opened - gutters[-1][1] < 0.8 * size:
+                gutters[-1] = (gutters[-1][0], x)
+            else:
+                gutters.append((opened, x))
+        covering += step
+        opened = x if covering <= crossing_allowed else None
 
     def running_lines(start: float, end: float) -> int:
         return sum(1 for line in lines if line.x0 >= start - 1 and line.x1 <= end + 1
