@@ -173,3 +173,16 @@ def test_materials_and_methods_is_a_standard_section_in_body_type():
              line(200, "1. A numbered line that makes the paper count as numbered", 10.0, bold=True),
              line(216, "2. Another numbered line of the paper", 10.0, bold=True), *prose(232, 2)]
     assert "MATERIALS AND METHODS" in [block.text for block in recover_blocks(lines, PAGE) if block.kind == "heading"]
+
+
+@pytest.mark.parametrize("methods", ["Methods", "STAR★Methods", "Online Methods"])
+def test_a_methods_section_after_the_references_ends_them(methods):
+    lines = [*prose(60, 4), line(120, "References", 12.0, bold=True),
+             line(140, "1. Agogué H, Brink M. Major gradients in Archaea. Nature 456, 788-791 (2008).", 8.0),
+             line(152, "2. Herndl GJ, Reinthaler T. Microbial control. Nat. Geosci. 6, 718-724 (2013).", 8.0),
+             line(180, methods, 12.0, bold=True), *prose(200, 4),
+             line(260, "Key resources table", 12.0, bold=True), *prose(280, 4)]
+    blocks = recover_blocks(lines, PAGE)
+    assert len([block for block in blocks if block.kind == "reference"]) == 2
+    # Its subsections are read as in the body, not as a reference list's numbered appendix headings.
+    assert [block.text for block in blocks if block.kind == "heading"] == ["References", methods, "Key resources table"]

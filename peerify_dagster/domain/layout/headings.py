@@ -51,8 +51,10 @@ _MAIN_TEXT_NAMES = {
     "introduction", "background", "related work", "method", "methods", "methodology", "materials and methods",
     "material and methods", "methods and materials", "materials & methods", "patients and methods",
     "experiments", "results", "discussion", "results and discussion", "conclusion", "conclusions",
+    "star methods", "star★methods", "star+methods", "online methods",
 }
-_TOP_LEVEL_NAMES = _ABSTRACT_NAMES | _REFERENCE_NAMES | _APPENDIX_NAMES | _CHECKLIST_NAMES | _OTHER_TOP_LEVEL_NAMES
+_TOP_LEVEL_NAMES = (_ABSTRACT_NAMES | _REFERENCE_NAMES | _APPENDIX_NAMES | _CHECKLIST_NAMES | _OTHER_TOP_LEVEL_NAMES
+                    | _MAIN_TEXT_NAMES)
 # Words that make up section names, for splitting headings whose spaces the PDF lost ("RelatedWork").
 _HEADING_VOCABULARY = frozenset(
     word for name in _TOP_LEVEL_NAMES for word in name.split()

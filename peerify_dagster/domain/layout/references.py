@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from peerify_dagster.domain.layout.headings import describe_heading, split_number
+from peerify_dagster.domain.layout.headings import describe_heading, is_main_text_section_name, split_number
 
 REFERENCE_ENTRY_START = re.compile(r"^(?:\[\d{1,3}\]|\d{1,3}\.\s+[A-Z])")
 
@@ -42,8 +42,10 @@ def continues_reference_entry(text: str, indent: float, body_size: float, ends_s
 
 def in_references_after(heading: str, in_references: bool) -> bool:
     """Whether the reference list runs on after `heading`: it starts at a references heading and ends at an
-    appendix or checklist heading or a lettered section."""
+    appendix or checklist heading, a lettered section or a body section set after the references (the Methods of
+    Nature's and Cell Press's journals)."""
     number, _ = split_number(heading)
     role = describe_heading(heading, letters_are_numbers=True).role
     return role == "references" or (in_references and role not in ("appendix", "checklist")
-                                    and not (number and number[0].isalpha()))
+                                    and not (number and number[0].isalpha())
+                                    and not is_main_text_section_name(heading))
