@@ -25,8 +25,9 @@ project's parser, chunks with the default `ChunkingConfig`, and reports:
   Markdown cleaned by people; `<stem>.groundtruth.md`, Docling):
   heading precision and recall (section titles compared without numbering, spaces or case; the
   standard names Abstract / References (Literature Cited, Works Cited) / Acknowledgements, which GROBID keeps out of
-  its body sections, are left out on both sides, and so are the back-matter titles of a publisher's JATS:
-  contributions, conflicts, data availability), and the share of ground-truth body paragraphs under the
+  its body sections, are left out on both sides, and so are the back-matter titles of a publisher's JATS
+  (contributions, conflicts, data availability, and JATS_FRONT_STATEMENTS, which it keeps untitled among its front
+  matter's notes), and the share of ground-truth body paragraphs under the
   chunk limit that lie in a single chunk (>= 90% of their word bigrams in one chunk; equations and
   paragraphs into which GROBID merged a float's caption are left out); reference entries found (>= 80% of an
   entry's letter 8-grams, spaces ignored, in reference blocks) and found as single entries (one block holds it and
@@ -73,6 +74,12 @@ TARGETS = (
     "heading P/R >= 0.9; GT paragraphs in one chunk >= 90%; >= 95% of GT reference entries found as single entries; "
     "reference blocks counted within 5% of the entries; titles exact; 0 main-text blocks as appendix/reference; "
     "0 furniture, 0 hyphen artefacts, 0 captions in paragraphs; text kept >= 98%; >= 10 pages/s"
+)
+# Back-matter statements a publisher's JATS keeps in its front matter (author notes, the funding group), with no
+# title, while the PDF prints them under a heading: scored on neither side, as the back matter's own titles are.
+JATS_FRONT_STATEMENTS = (
+    "Author contributions", "Authors' contributions", "Funding", "Grant disclosures", "Grant information",
+    "Competing interests", "Conflict of interest", "Conflicts of interest", "Data availability", "ORCID",
 )
 # Compared as heading keys (words of three letters or more, closed up): "Literature Cited" is "literaturecited".
 _STANDARD_NAMES = re.compile(r"^(?:abstract|references|bibliography|literaturecited|workscited|acknowledge?ments?)$")
@@ -255,7 +262,8 @@ def _publisher_jats_truth(path: Path) -> GroundTruth:
     back_titles = tuple(_xml_text(heading) for part in back if _local(part.tag) != "ref-list"
                         for heading in part.iter() if _local(heading.tag) == "title")
     return GroundTruth("publisher JATS", sections, paragraphs, references,
-                       _xml_text(title) if title is not None else None, unscored_sections=back_titles)
+                       _xml_text(title) if title is not None else None,
+                       unscored_sections=back_titles + JATS_FRONT_STATEMENTS)
 
 
 def _markdown_truth(path: Path, source: str, title_known: bool) -> GroundTruth:

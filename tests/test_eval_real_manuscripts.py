@@ -132,7 +132,9 @@ def test_a_publishers_jats_gives_the_articles_own_body_and_references(script, tm
     assert truth.sections == ["Introduction", "Nested part"]  # not the decision letter's, nor the back matter's
     assert truth.paragraphs == ["Body text one.", "Body text two."]  # no caption, no table cell
     assert truth.references == ["A cited work", "Roe R. A book without article title. Press; 1999."]
-    assert truth.unscored_sections == ("Author contributions",)
+    # The back matter's titles, and the statements JATS keeps untitled in its front matter, are scored on neither side.
+    assert truth.unscored_sections == ("Author contributions", *script.JATS_FRONT_STATEMENTS)
+    assert "Funding" in truth.unscored_sections and "Introduction" not in truth.unscored_sections
 
 
 def test_a_publishers_jats_without_a_body_is_named_unreadable(script, tmp_path) -> None:
