@@ -186,3 +186,27 @@ def test_a_methods_section_after_the_references_ends_them(methods):
     assert len([block for block in blocks if block.kind == "reference"]) == 2
     # Its subsections are read as in the body, not as a reference list's numbered appendix headings.
     assert [block.text for block in blocks if block.kind == "heading"] == ["References", methods, "Key resources table"]
+
+
+def small(y: float, text: str, bold: bool = False, x: float = 72.0) -> TextLine:
+    return TextLine(1, x, y, x + 488.0 if len(text) > 40 else x + 4.0 * len(text), y + 8.0, 8.0, bold, text)
+
+
+def test_a_section_set_in_small_type_keeps_its_numbered_heading_and_its_prose_beside_a_table():
+    small_prose = [small(190 + 10 * row, f"the samples were milled for {row} hours and then compacted at high pressure "
+                                        "in the die") for row in range(12)]
+    lines = [line(60, "1. Introduction", 10.0, bold=True), *prose(76, 8),
+             small(176, "2. Experimental procedures", bold=True), *small_prose,
+             small(310, "Table 1", bold=True), small(318, "Powder specifications of the mixtures."),
+             TextLine(1, 72.0, 330.0, 120.0, 336.0, 6.0, False, "Powder"),
+             TextLine(1, 200.0, 330.0, 240.0, 336.0, 6.0, False, "Size"),
+             TextLine(1, 72.0, 340.0, 120.0, 346.0, 6.0, False, "Al"),
+             TextLine(1, 200.0, 340.0, 240.0, 346.0, 6.0, False, "45 um"),
+             line(370, "3. Results", 10.0, bold=True), *prose(386, 12)]
+    blocks = recover_blocks(lines, PAGE)
+    assert [block.text for block in blocks if block.kind == "heading"] == [
+        "1. Introduction", "2. Experimental procedures", "3. Results"]
+    assert all("hours" not in block.text for block in blocks if block.kind == "table")
+    assert any(block.kind == "paragraph" and "for 11 hours" in block.text for block in blocks)
+    assert [block.text for block in blocks if block.kind == "caption"] == [
+        "Table 1 Powder specifications of the mixtures."]

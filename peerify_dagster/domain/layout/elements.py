@@ -214,7 +214,7 @@ class _ElementBuilder:
         return {
             (row.font, row.bold, round(row.font_size, 1)) for row in self.rows
             if row.font not in self.body_fonts and len(row.cells) == 1 and not row.italic
-            and is_main_text_section_name(row.text.strip())
+            and is_main_text_section_name(split_number(row.text)[1])
         }
 
     def _column_edges(self) -> dict[tuple[int, int], _Column]:
@@ -286,9 +286,14 @@ class _ElementBuilder:
                 or _is_byline(row.text) or _NEVER_A_HEADING.match(row.text.strip()):
             return False
         learnt_face = (row.font, row.bold, round(row.font_size, 1)) in self.heading_faces
+        number_ahead = split_number(row.text)[0]
         if row.font_size < 0.93 * self.body_size and not (
-                learnt_face or self._in_heading_face(row) and is_known_section_name(row.text.strip())):
-            return False  # headings are not set smaller than the body text, but back matter may be, in its own face
+                learnt_face or self._in_heading_face(row) and is_known_section_name(row.text.strip())
+                or row.bold and number_ahead is not None and number_ahead[0].isdigit()
+                and number_in_sequence(number_ahead, self.last_number, self.in_references)):
+            # Headings are not set smaller than the body text, but back matter may be, in its own face, and a
+            # bold section numbered next in sequence may be (a journal's small bold heads).
+            return False
         text = unglue_heading(row.text, self.vocabulary)
         words = text.split()
         number, title = split_number(text)
@@ -405,10 +410,15 @@ class _ElementBuilder:
         if (row.page, row.column) != (first.page, first.column) or self._is_caption_row(row):
             return False
         column = self._column(row)
+        words = row.text.split()
+        # Running text may be set smaller than the body (a journal's methods or notes in small type): then it reads
+        # as sentences, mostly words in lower case.
+        body_type = abs(row.font_size - self.body_size) <= 0.15 * self.body_size or (
+            row.font_size >= 0.75 * self.body_size and len(words) >= 8
+            and sum(word.islower() for word in words) >= 0.6 * len(words))
         prose = (
-            abs(row.font_size - self.body_size) <= 0.15 * self.body_size
-            and row.x1 - row.x0 >= 0.75 * (column.right - column.left)
-            and len(row.text.split()) >= 6 and not is_table_row(row)
+            body_type and row.x1 - row.x0 >= 0.75 * (column.right - column.left)
+            and len(words) >= 6 and not is_table_row(row)
         )
         return not prose
 
@@ -597,7 +607,7 @@ class _ElementBuilder:
 
     def _unmarked_caption(self, row: Row) -> bool:
         return bool(UNMARKED_CAPTION.match(row.text)) and (
-            row.lead_emphasis > 0 or row.font_size < 0.95 * self.body_size)
+            row.lead_emphasis > 0 or row.bold or row.font_size < 0.95 * self.body_size)
 
     def _is_caption_row(self, row: Row) -> bool:
         return is_caption(row.text) or self._unmarked_caption(row)

@@ -19,8 +19,9 @@ CAPTION = re.compile(
 )
 
 # Journal styles set the label apart by its face or the caption's smaller type, with no mark after the number:
-# "Fig. 2 M-waves during ...". Only a label set apart opens such a caption ("Figure 1 shows ..." is prose).
-UNMARKED_CAPTION = re.compile(rf"^{_FLOAT_LABEL}\s*\d+\s+(?=[A-Z(])")
+# "Fig. 2 M-waves during ...", or alone on its line above the caption's text (Elsevier's "Table 1"). Only a label
+# set apart opens such a caption ("Figure 1 shows ..." is prose).
+UNMARKED_CAPTION = re.compile(rf"^(?:{_FLOAT_LABEL}|Algorithm)\s*\d+(?:\s+(?=[A-Z(])|\s*$)")
 
 
 def is_caption(text: str) -> bool:
