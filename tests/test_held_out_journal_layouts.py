@@ -210,3 +210,10 @@ def test_a_section_set_in_small_type_keeps_its_numbered_heading_and_its_prose_be
     assert any(block.kind == "paragraph" and "for 11 hours" in block.text for block in blocks)
     assert [block.text for block in blocks if block.kind == "caption"] == [
         "Table 1 Powder specifications of the mixtures."]
+
+
+def test_a_subheading_set_right_below_its_sections_heading_needs_no_space_above():
+    lines = [*prose(60, 6), line(150, "Materials and methods", 12.0, bold=True),
+             line(164, "Study area", 10.0, bold=True), *prose(182, 6)]
+    assert [block.text for block in recover_blocks(lines, PAGE) if block.kind == "heading"] == [
+        "Materials and methods", "Study area"]

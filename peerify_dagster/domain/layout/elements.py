@@ -178,8 +178,10 @@ class _ElementBuilder:
         # Whether the reference list has shown an indented further line: then its entries hang, and a line at the
         # margin starts a new entry even where the entry above ends without a full stop ("... 1: 154-158").
         self.references_hang = False
-        self._heading_answers: dict[tuple[int, bool, tuple[int, ...] | None], bool] = {}
+        self._heading_answers: dict[tuple[int, bool, tuple[int, ...] | None, bool], bool] = {}
         self.last_number: tuple[int, ...] | None = None
+        # The row after the last heading: a subheading set right below its section's heading needs no space above.
+        self.after_heading: int | None = None
         self.numbered_paper = self._count_numbered_candidates() >= 2
         self.body_fonts = self._body_fonts()
         self.heading_faces = self._heading_faces()
@@ -275,7 +277,7 @@ class _ElementBuilder:
     def _heading_at(self, index: int) -> bool:
         # Asked several times per row (floats look ahead for headings); the answer depends only on the row,
         # on whether the references have started and on the last section number.
-        key = (index, self.in_references, self.last_number)
+        key = (index, self.in_references, self.last_number, index == self.after_heading)
         if key not in self._heading_answers:
             self._heading_answers[key] = self._is_heading(index)
         return self._heading_answers[key]
@@ -304,7 +306,7 @@ class _ElementBuilder:
             return False
         known = is_known_section_name(title) or is_known_section_name(text)
         # A line in the face the body's sections are named in needs no space to stand apart.
-        spaced = self._spaced_above(index) or learnt_face
+        spaced = self._spaced_above(index) or learnt_face or index == self.after_heading
         styled = self._is_styled(row) or is_all_caps(title) or (row.italic and number is not None)
         if self.in_references and not known:
             # Entries of a reference list are never headings; an appendix after them is styled and numbered. A
@@ -589,6 +591,7 @@ class _ElementBuilder:
             index += 1
         self._emit("heading", text, self.rows[start:index])
         self._register_heading(text)
+        self.after_heading = index
         return index
 
     def _continues_caption(self, caption: _OpenBlock, row: Row) -> bool:
