@@ -112,6 +112,17 @@ def test_a_slow_query_stops_at_its_time_limit(env):
     assert "Traceback" not in result.stderr and time.monotonic() - started < 30
 
 
+def test_a_query_longer_than_duckdbs_progress_wait_prints_only_its_result(env):
+    # DuckDB draws a progress bar on standard output once a query has run 2 s; the result must stand there alone.
+    query = "select count(*) as n from range(30000) a, range(30000) b where (a.range * b.range) % 7 = 3"
+    started = time.monotonic()
+    result = peerify("sql", query, "--timeout", "300", env=env, timeout=400)
+    assert result.returncode == 0, result.stderr
+    assert time.monotonic() - started > 3  # long enough for the bar
+    assert "%" not in result.stdout and "\r" not in result.stdout
+    assert result.stdout.split()[0] == "n" and result.stdout.split()[-1].isdigit()
+
+
 def test_memory_and_spill_are_capped_and_the_flags_raise_them(env):
     sort = "select range as n, md5(range::varchar) as h from range(3000000) order by h"
     capped = peerify("sql", sort, "--max-rows", "1", "--memory-limit", "60MB", "--spill-limit", "20MB", env=env)

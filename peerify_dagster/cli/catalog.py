@@ -109,8 +109,10 @@ def _run_sql(args: argparse.Namespace) -> int:
     # A process holding the catalog keeps it as it is (its glob views still see new partitions); the query runs.
     for line in lake.refresh_catalog(wait_s=0).problems(with_not_refreshed=False):
         say(visible(line))
+    # No progress bar: DuckDB draws it on standard output, which holds the result alone (`peerify sql ... > file`).
     settings = {"memory_limit": args.memory_limit, "max_temp_directory_size": args.spill_limit,
-                "temp_directory": str(lake.catalog_path.with_name(f"{CATALOG_FILE}.tmp"))}
+                "temp_directory": str(lake.catalog_path.with_name(f"{CATALOG_FILE}.tmp")),
+                "enable_progress_bar": "false"}
     result = _Result()
     try:
         with lake.reader(refresh=False, settings=settings) as con:
