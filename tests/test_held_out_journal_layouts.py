@@ -217,3 +217,11 @@ def test_a_subheading_set_right_below_its_sections_heading_needs_no_space_above(
              line(164, "Study area", 10.0, bold=True), *prose(182, 6)]
     assert [block.text for block in recover_blocks(lines, PAGE) if block.kind == "heading"] == [
         "Materials and methods", "Study area"]
+
+
+def test_a_paragraph_ending_on_a_raised_citation_number_ends_there():
+    lines = [*prose(60, 3), line(96, "with the environment.⁴"),
+             line(108, "Shortly, the fall in energy demand is expected to continue in the coming decades as", x=84.0),
+             *prose(120, 3)]
+    paragraphs = [block.text for block in recover_blocks(lines, PAGE) if block.kind in ("paragraph", "abstract")]
+    assert len(paragraphs) == 2 and paragraphs[0].endswith("environment.⁴") and paragraphs[1].startswith("Shortly")

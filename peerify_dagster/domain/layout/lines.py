@@ -126,7 +126,8 @@ def with_superscripts(text: str, words: list[tuple[str, bool]]) -> str:
     return "".join(out)
 
 
-SENTENCE_END = re.compile(r"[.!?:][\"'’”)\]]*$")
+# A sentence's end, before any raised citation numbers that follow it ("... the environment.⁴", "...thickness.¹⁵⁻²⁰").
+SENTENCE_END = re.compile(r"[.!?:][\"'’”)\]]*(?:[⁰¹²³⁴⁵⁶⁷⁸⁹]+(?:[⁻,–-][⁰¹²³⁴⁵⁶⁷⁸⁹]+)*)?$")
 NUMERIC_TOKEN = re.compile(r"^[(\[]?[-+\u2212\u00b1]?\d+(?:[.,]\d+)*%?[)\]]?[*†‡]?$")
 MATH = re.compile(r"[=<>≤≥∈∉∩∪⊂⊆∑∏∫√∞≈≠±×÷∀∃→←↔⇒|^_{}\\]")
 
