@@ -7,12 +7,15 @@ import json
 import signal
 import subprocess
 import sys
+import threading
 import time
 
+import duckdb
 import pexpect
 import polars as pl
 import pytest
 
+from peerify_dagster.cli import catalog
 from peerify_dagster.paths import REPO_ROOT
 from peerify_dagster.resources.lake import Lake
 from tests.cli_support import cli_env, peerify, start_peerify
@@ -121,6 +124,24 @@ def test_a_query_longer_than_duckdbs_progress_wait_prints_only_its_result(env):
     assert time.monotonic() - started > 3  # long enough for the bar
     assert "%" not in result.stdout and "\r" not in result.stdout
     assert result.stdout.split()[0] == "n" and result.stdout.split()[-1].isdigit()
+
+
+def test_an_interrupt_sent_before_duckdb_starts_the_query_still_stops_it():
+    # Ctrl-C (or the time limit) can come while the query thread is still on its way to DuckDB: an interrupt sent
+    # then is lost when the query starts, so the wait sends it again until the thread ends.
+    con = duckdb.connect()
+    result = catalog._Result()
+    query = "select count(*) from range(30000) a, range(30000) b where (a.range * b.range) % 7 = 3"
+
+    def late_fetch() -> None:
+        time.sleep(0.5)
+        catalog._fetch(con, query, 10, result)
+
+    threading.Thread(target=late_fetch, daemon=True).start()
+    started = time.monotonic()
+    catalog._wait(result, con, 0.01)
+    assert isinstance(result.error, duckdb.InterruptException)
+    assert time.monotonic() - started < 3  # the query alone runs about 4 s
 
 
 def test_memory_and_spill_are_capped_and_the_flags_raise_them(env):

@@ -177,13 +177,14 @@ def _fetch(con: duckdb.DuckDBPyConnection, query: str, max_rows: int, result: _R
 
 def _wait(result: _Result, con: duckdb.DuckDBPyConnection, timeout_s: float) -> None:
     """Wait for the query thread, interrupting its query at the time limit or when Ctrl-C ends the wait (an Event,
-    not Thread.join: a join that Ctrl-C interrupts can report the thread ended while it runs on)."""
+    not Thread.join: a join that Ctrl-C interrupts can report the thread ended while it runs on). The interrupt is
+    sent again until the thread ends: one sent before DuckDB has started the query is lost when the query starts."""
     try:
         result.done.wait(min(timeout_s, threading.TIMEOUT_MAX))  # --timeout inf waits as long as it can
     finally:
-        if not result.done.is_set():
+        while not result.done.is_set():
             con.interrupt()
-            result.done.wait()
+            result.done.wait(0.2)
 
 
 def _positive(kind: type) -> Callable[[str], float | int]:
