@@ -69,10 +69,10 @@ _ARTICLE_TYPE_LABEL = re.compile(
     r"(?:Research\s+)?(?:Article|Paper|Report|Review|Communication|Note|Research|Study|Letter)s?$",
     re.IGNORECASE,
 )
-# Front matter set like a heading: an article-type label, the history line, a keywords label.
-_NEVER_A_HEADING = re.compile(
-    rf"{_ARTICLE_TYPE_LABEL.pattern[:-1]}\s*$|(?:Received|Accepted|Published|Revised)\b\s*:?\s*(?:\d|[A-Z][a-z]+\.?\s+\d)|"
-    r"(?:Keywords|Key ?words|Article history|Article info)\b\s*:?\s*$",
+# Front matter set like a heading (besides an article-type label): the history line, a keywords label.
+_FRONT_MATTER_LINE = re.compile(
+    r"^(?:(?:Received|Accepted|Published|Revised)\b\s*:?\s*(?:\d|[A-Z][a-z]+\.?\s+\d)"
+    r"|(?:Keywords|Key ?words|Article history|Article info)\b\s*:?\s*$)",
     re.IGNORECASE,
 )
 # A byline: names with affiliation marks ("Anyi Hu,¹,² Nianzhi Jiao,¹ * ...", "Kate Griffiths¹, Rong Hou²").
@@ -275,8 +275,8 @@ class _ElementBuilder:
             or self.seen_heading and not row.italic and row.font not in self.body_fonts
 
     def _heading_at(self, index: int) -> bool:
-        # Asked several times per row (floats look ahead for headings); the answer depends only on the row,
-        # on whether the references have started and on the last section number.
+        # Asked several times per row (floats look ahead for headings); the answer depends only on the row, on
+        # whether the references have started, on the last section number and on whether a heading is just above.
         key = (index, self.in_references, self.last_number, index == self.after_heading)
         if key not in self._heading_answers:
             self._heading_answers[key] = self._is_heading(index)
@@ -285,7 +285,8 @@ class _ElementBuilder:
     def _is_heading(self, index: int) -> bool:
         row = self.rows[index]
         if row.lead_emphasis or len(row.text) > 150 or len(row.text.split()) > 16 or is_caption(row.text) \
-                or _is_byline(row.text) or _NEVER_A_HEADING.match(row.text.strip()):
+                or _is_byline(row.text) or _ARTICLE_TYPE_LABEL.match(row.text.strip()) \
+                or _FRONT_MATTER_LINE.match(row.text.strip()):
             return False
         learnt_face = (row.font, row.bold, round(row.font_size, 1)) in self.heading_faces
         number_ahead = split_number(row.text)[0]

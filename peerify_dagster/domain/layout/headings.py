@@ -30,8 +30,6 @@ _CHECKLIST_NAMES = {
 }
 _OTHER_TOP_LEVEL_NAMES = {
     "introduction", "related work", "related works", "background", "preliminaries", "method", "methods",
-    "materials and methods", "material and methods", "methods and materials", "materials & methods",
-    "patients and methods", "subjects and methods",
     "methodology", "approach", "experiments", "experimental setup", "experimental results", "results",
     "evaluation", "analysis", "discussion", "conclusion", "conclusions", "conclusion and future work",
     "conclusions and future work", "summary", "future work", "limitations", "acknowledgments", "acknowledgements",
@@ -50,8 +48,8 @@ _END_OF_MAIN_TEXT_NAMES = {
 _MAIN_TEXT_NAMES = {
     "introduction", "background", "related work", "method", "methods", "methodology", "materials and methods",
     "material and methods", "methods and materials", "materials & methods", "patients and methods",
-    "experiments", "results", "discussion", "results and discussion", "conclusion", "conclusions",
-    "star methods", "star★methods", "star+methods", "online methods",
+    "subjects and methods", "experiments", "results", "discussion", "results and discussion", "conclusion",
+    "conclusions", "star methods", "star★methods", "star+methods", "online methods",
 }
 _TOP_LEVEL_NAMES = (_ABSTRACT_NAMES | _REFERENCE_NAMES | _APPENDIX_NAMES | _CHECKLIST_NAMES | _OTHER_TOP_LEVEL_NAMES
                     | _MAIN_TEXT_NAMES)
