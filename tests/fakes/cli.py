@@ -79,10 +79,18 @@ class CliResult:
     seconds: float
 
 
+def _as_from_a_shell() -> None:
+    """The command's signals as a shell leaves them: none blocked, Ctrl-C not ignored. A test process may have
+    blocked SIGINT (a worker pool run earlier in it), and a child inherits the mask, so Ctrl-C would never reach
+    the command."""
+    signal.pthread_sigmask(signal.SIG_SETMASK, [])
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def peerify(*args: str, env: dict[str, str], timeout: float = 300) -> CliResult:
     started = time.monotonic()
     done = subprocess.run([sys.executable, "-m", "peerify_dagster.cli", *args], env=env, cwd=REPO_ROOT,
-                          capture_output=True, text=True, timeout=timeout)
+                          capture_output=True, text=True, timeout=timeout, preexec_fn=_as_from_a_shell)
     return CliResult(done.returncode, done.stdout, done.stderr, time.monotonic() - started)
 
 
@@ -92,9 +100,10 @@ def start_peerify(*args: str, env: dict[str, str], logs: Path | None = None) -> 
     command = [sys.executable, "-m", "peerify_dagster.cli", *args]
     if logs is None:
         return subprocess.Popen(command, env=env, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True)
+                                text=True, preexec_fn=_as_from_a_shell)
     with open(f"{logs}.out", "w") as out, open(f"{logs}.err", "w") as err:
-        return subprocess.Popen(command, env=env, cwd=REPO_ROOT, stdout=out, stderr=err, text=True)
+        return subprocess.Popen(command, env=env, cwd=REPO_ROOT, stdout=out, stderr=err, text=True,
+                                preexec_fn=_as_from_a_shell)
 
 
 def finish(process: subprocess.Popen, logs: Path, timeout: float) -> CliResult:
