@@ -108,28 +108,33 @@ class _OpenBlock:
 
 @dataclass
 class _TitleBlock:
-    """Page 1's title: its rows (indices in reading order) and its type size."""
+    """Page 1's title: its rows (indices in reading order) and its type size; `lines` the parts of those rows in that
+    size, `beside` the other lines they share a baseline with (a badge, a box's line beside the title), each part
+    with its row's index."""
 
     rows: list[int]
     size: float
+    lines: list[tuple[int, Row]]
+    beside: list[tuple[int, Row]]
 
-    def split(self, rows: Sequence[Row]) -> tuple[list[tuple[int, Row]], list[tuple[int, Row]]]:
-        """The block's rows (with their indices) as the title's lines (its type size) and the other lines they
-        share a baseline with (a badge, a box's line beside the title)."""
-        title: list[tuple[int, Row]] = []
-        beside: list[tuple[int, Row]] = []
-        for index in self.rows:
-            row = rows[index]
-            for part, lines in ((title, [line for line in row.lines if line.font_size >= 0.97 * self.size]),
-                                (beside, [line for line in row.lines if line.font_size < 0.97 * self.size])):
-                if lines:
-                    ordered = sorted(lines, key=lambda line: line.x0)
-                    text = normalise_whitespace(" ".join(line.text for line in ordered))
-                    part.append((index, Row(row.page, row.column, ordered, [text])))
-        return title, beside
+    @property
+    def words(self) -> int:
+        return sum(len(row.text.split()) for _, row in self.lines)
 
-    def text(self, rows: Sequence[Row]) -> str:
-        return " ".join(row.text for _, row in self.split(rows)[0])
+
+def _title_block(rows: Sequence[Row], indices: list[int], size: float) -> _TitleBlock:
+    """The title block of `rows[indices]` in type `size`, each row parted into its lines in that size and the rest."""
+    title: list[tuple[int, Row]] = []
+    beside: list[tuple[int, Row]] = []
+    for index in indices:
+        row = rows[index]
+        for part, lines in ((title, [line for line in row.lines if line.font_size >= 0.97 * size]),
+                            (beside, [line for line in row.lines if line.font_size < 0.97 * size])):
+            if lines:
+                ordered = sorted(lines, key=lambda line: line.x0)
+                text = normalise_whitespace(" ".join(line.text for line in ordered))
+                part.append((index, Row(row.page, row.column, ordered, [text])))
+    return _TitleBlock(indices, size, title, beside)
 
 
 def _is_byline(text: str) -> bool:
@@ -268,11 +273,13 @@ class _ElementBuilder:
     def _is_styled(self, row: Row) -> bool:
         return row.bold or row.font_size >= self.body_size * 1.1 or self._in_heading_face(row)
 
+    def _in_learnt_face(self, row: Row) -> bool:
+        return (row.font, row.bold, round(row.font_size, 1)) in self.heading_faces
+
     def _in_heading_face(self, row: Row) -> bool:
         # Not in the front matter, whose author and affiliation lines have faces of their own, unless in the face
         # the paper's standard section names are set in.
-        return (row.font, row.bold, round(row.font_size, 1)) in self.heading_faces \
-            or self.seen_heading and not row.italic and row.font not in self.body_fonts
+        return self._in_learnt_face(row) or self.seen_heading and not row.italic and row.font not in self.body_fonts
 
     def _heading_at(self, index: int) -> bool:
         # Asked several times per row (floats look ahead for headings); the answer depends only on the row, on
@@ -288,7 +295,7 @@ class _ElementBuilder:
                 or _is_byline(row.text) or _ARTICLE_TYPE_LABEL.match(row.text.strip()) \
                 or _FRONT_MATTER_LINE.match(row.text.strip()):
             return False
-        learnt_face = (row.font, row.bold, round(row.font_size, 1)) in self.heading_faces
+        learnt_face = self._in_learnt_face(row)
         number_ahead = split_number(row.text)[0]
         if row.font_size < 0.93 * self.body_size and not (
                 learnt_face or self._in_heading_face(row) and is_known_section_name(row.text.strip())
@@ -632,7 +639,7 @@ class _ElementBuilder:
 
     # The walk -----------------------------------------------------------------------------
 
-    def _title_block(self, start: int) -> _TitleBlock:
+    def _title_from(self, start: int) -> _TitleBlock:
         """The title block a large row opens: the rows below it in its type size whose lines overlap its own, one
         line's leading apart. Rows beside it (a journal's box to its right) are passed over and left to the front
         matter; lines in other type within its rows (an "OPEN" badge) are left out of its text."""
@@ -649,7 +656,7 @@ class _ElementBuilder:
             rows.append(index)
             last = row
             index += 1
-        return _TitleBlock(rows, size)
+        return _title_block(self.rows, rows, size)
 
     def _title(self) -> _TitleBlock | None:
         """Page 1's title: the block of the largest type among the first TITLE_SEARCH_ROWS rows of each of page 1's
@@ -667,17 +674,17 @@ class _ElementBuilder:
             if rank[row.column] > TITLE_SEARCH_ROWS or index in taken \
                     or _largest_line(row) < 1.25 * self.body_size or _ARTICLE_TYPE_LABEL.match(row.text.strip()):
                 continue
-            block = self._title_block(index)
+            block = self._title_from(index)
             taken.update(block.rows)
             # Judged by its first line: a title may go on past a comma, or end in a version tag with a link.
             if self._is_title_like(row.text.rstrip(",;")):
                 blocks.append(block)
-        wordy = [block for block in blocks if len(block.text(self.rows).split()) >= 3] or blocks
+        wordy = [block for block in blocks if block.words >= 3] or blocks
         if not wordy:
             return None
         largest = max(block.size for block in wordy)
         return max((block for block in wordy if block.size >= 0.93 * largest),
-                   key=lambda block: (len(block.text(self.rows).split()), -block.rows[0]))
+                   key=lambda block: (block.words, -block.rows[0]))
 
     def _is_title_like(self, text: str) -> bool:
         text = text.strip()
@@ -698,7 +705,7 @@ class _ElementBuilder:
         title = self._title()
         if title is None:
             return 0
-        title_rows, beside = title.split(self.rows)
+        title_rows, beside = title.lines, title.beside
         for index, row in title_rows + beside:
             self.position[id(row)] = index  # a part of a row stands where the row stood
         self._emit("title", " ".join(row.text for _, row in title_rows), [row for _, row in title_rows])
