@@ -169,7 +169,8 @@ def _append_many(lake_root: str, annotator: str, count: int) -> None:
 
 
 def test_two_processes_appending_at_once_lose_nothing(tmp_path):
-    context = multiprocessing.get_context("fork")
+    # spawned, not forked: a fork of a test process whose other tests left threads running (DuckDB, torch) can crash
+    context = multiprocessing.get_context("spawn")
     workers = [context.Process(target=_append_many, args=(str(tmp_path), name, 150)) for name in ("alice", "bob")]
     for worker in workers:
         worker.start()
