@@ -154,3 +154,19 @@ def test_the_reference_count_error_sums_each_papers_difference(script) -> None:
     assert "| 8% |" in line and "reference entries counted within 5%" in missed
     line, missed = script._layout_summary("journal", [paper(41, 40), paper(60, 60)])
     assert "| 1% |" in line and missed == []
+
+
+def test_body_prose_inside_an_abstract_block_is_counted_and_fails_the_layout(script, tmp_path) -> None:
+    introduction = "District heating has risen as a crucial energy supply infrastructure over the last decades."
+    methods = "We collected hourly heat load data from a cogeneration plant over eight heating seasons."
+    abstract = "Heat networks play a vital role in the energy sector. " + introduction  # the introduction swallowed
+    formula = "Age = ( 1n ( 1 - L t L ) - k ) + t o 1 2 3"  # mostly symbols: not prose, never counted
+    misread = script._body_read_as_abstract([introduction, methods, formula], [abstract, formula])
+    assert misread == [introduction]
+    paper = {"pages": 10, "seconds": 0.5, "captions": [], "body_as_abstract": misread}
+    line, missed = script._layout_summary("journal", [paper])
+    assert "| 1 |" in line and "0 body paragraphs as abstract" in missed
+    # Markdown gives the abstract as a paragraph of its own: there the measure is not taken.
+    markdown = tmp_path / "paper.md"
+    markdown.write_text(f"# The title\n\n## Abstract\n\n{abstract}\n\n## Introduction\n\n{introduction}\n")
+    assert script._markdown_truth(markdown, "human Markdown", title_known=True).body_only is False

@@ -4,6 +4,8 @@ bold, which names its authors by their initials, never read as a heading."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from peerify_dagster.domain.layout.elements import recover_blocks
@@ -225,3 +227,45 @@ def test_a_paragraph_ending_on_a_raised_citation_number_ends_there():
              *prose(120, 3)]
     paragraphs = [block.text for block in recover_blocks(lines, PAGE) if block.kind in ("paragraph", "abstract")]
     assert len(paragraphs) == 2 and paragraphs[0].endswith("environment.⁴") and paragraphs[1].startswith("Shortly")
+
+
+ABSTRACT_LINE = "Abstract prose set in the journal's own face that runs across the full width of the column."
+BODY_LINE = "Introduction prose set in the serif face of the body that runs across the full column width."
+
+
+def front_page(abstract: list[TextLine], y: float) -> list[TextLine]:
+    """A title, a byline, the abstract given, then an introduction in the body's face with no heading above it,
+    and a headed section further on (the body's face is set by the lines after the abstract)."""
+    lines = [face(100, "Toward explainable heat load patterns", 18.0, "Corbel-Bold", bold=True),
+             face(124, "Ada Author, Ben Writer", 9.0, "Corbel"), *abstract]
+    for row in range(8):
+        lines.append(face(y + 11 * row, BODY_LINE, 10.0, "MinionPro-Regular"))
+    lines.append(face(y + 100, "Methods", 12.0, "Corbel-Bold", bold=True))
+    lines += [face(y + 116 + 11 * row, BODY_LINE, 10.0, "MinionPro-Regular") for row in range(8)]
+    return lines
+
+
+@pytest.mark.parametrize("labelled", [False, True])
+def test_an_introduction_without_a_heading_ends_the_abstract_set_in_another_face(labelled):
+    label = [face(144, "Abstract", 10.0, "Corbel-Bold", bold=True)] if labelled else []
+    abstract = [face(160 + 10 * row, ABSTRACT_LINE, 8.5, "Corbel-Bold", bold=True) for row in range(4)]
+    blocks = recover_blocks(front_page(label + abstract, 210), PAGE)
+    abstract_text = " ".join(block.text for block in blocks if block.kind == "abstract")
+    assert "Abstract prose" in abstract_text and "Introduction prose" not in abstract_text
+    introduction = next(block for block in blocks if block.text.startswith("Introduction prose"))
+    assert (introduction.kind, introduction.section_path) == ("paragraph", [])
+    assert [block.text for block in blocks if block.kind == "heading"] == ["Abstract"] * labelled + ["Methods"]
+
+
+def test_an_abstract_in_the_bodys_face_runs_on_to_the_first_heading():
+    # Nothing marks where such an abstract ends but the heading, and a label above it in its own type teaches no
+    # face: here page 1 holds only the title and byline (Cell Press's graphical abstract page), and page 2 opens
+    # with the article-type label.
+    abstract = [face(144, "Article", 7.0, "Corbel"),
+                *(face(160 + 11 * row, BODY_LINE.replace("Introduction", "Abstract"), 10.0, "MinionPro-Regular")
+                  for row in range(4))]
+    lines = front_page(abstract, 210)
+    lines = lines[:2] + [replace(line, page=2) for line in lines[2:]]
+    blocks = recover_blocks(lines, {1: PAGE[1], 2: PAGE[1]})
+    abstract_text = " ".join(block.text for block in blocks if block.kind == "abstract")
+    assert "Abstract prose" in abstract_text and "Introduction prose" in abstract_text

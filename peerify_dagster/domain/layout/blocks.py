@@ -89,6 +89,9 @@ class LayoutElement:
     level_hint: int | None = None
     regions: tuple[Region, ...] = ()
     line_regions: tuple[LineRegion, ...] = ()
+    # The main text starts here without a heading (an introduction printed straight after the abstract): the
+    # abstract, labelled or not, ends at this paragraph.
+    opens_unheaded_body: bool = False
 
 
 # --- Assembly shared by every input format ---------------------------------------------------
@@ -147,6 +150,8 @@ def assemble_blocks(elements: Iterable[LayoutElement]) -> list[Block]:
     for element in elements:
         text = normalise_whitespace(element.text) if element.kind != "table" else element.text.strip()
         kind = element.kind
+        if element.opens_unheaded_body:
+            state.path, state.role = [], "section"
         if kind == "heading":
             state.enter(text, element.level_hint)
         elif kind in ("paragraph", "abstract") and state.role != "references" and _FRONT_MATTER_NOTICE.match(text):

@@ -3,7 +3,9 @@
 The cues a reader uses, always several together, never one alone:
 
 * title and author block: the largest lines opening page 1, then the short lines up to the abstract or
-  first section; an unlabelled abstract is the prose between them and that section;
+  first section; an unlabelled abstract is the prose between them and that section, and an abstract, labelled
+  or not, ends where running text starts in the body's face, when the abstract is set in another (an
+  introduction printed without a heading);
 * headings: a short line at a block start, set bold, larger or in capitals, whose text reads like a title
   (letters, no formula or number grid), and which is numbered in sequence, is a standard section name, or
   stands alone with space around it; a line that opens in bold or italic and continues in the regular face
@@ -22,7 +24,7 @@ import re
 import statistics
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from peerify_dagster.domain.layout.blocks import Block, LayoutElement, assemble_blocks
 from peerify_dagster.domain.layout.floats import (
@@ -37,6 +39,7 @@ from peerify_dagster.domain.layout.floats import (
 from peerify_dagster.domain.layout.furniture import FOOTNOTE_MARKER, dominant_font_size, percentile, split_furniture
 from peerify_dagster.domain.layout.headings import (
     SECTION_NUMBER,
+    describe_heading,
     is_all_caps,
     is_capitalised,
     is_known_section_name,
@@ -56,7 +59,12 @@ from peerify_dagster.domain.layout.lines import (
     normalise_whitespace,
 )
 from peerify_dagster.domain.layout.reading_order import Row, order_page
-from peerify_dagster.domain.layout.references import continues_reference_entry, in_references_after, numbered_entry
+from peerify_dagster.domain.layout.references import (
+    ENTRY_AUTHOR,
+    continues_reference_entry,
+    in_references_after,
+    numbered_entry,
+)
 from peerify_dagster.domain.layout.regions import LineRegion, Region, merge_regions, text_offset
 
 _RUN_IN_ABSTRACT = re.compile(r"^Abstract\s*[.:\u2014\u2013-]\s*(?=\S)")
@@ -78,7 +86,6 @@ _FRONT_MATTER_LINE = re.compile(
 # A byline: names with affiliation marks ("Anyi Hu,¹,² Nianzhi Jiao,¹ * ...", "Kate Griffiths¹, Rong Hou²").
 _AFFILIATION_MARK = re.compile(r"[¹²³⁴⁵⁶⁷⁸⁹⁰*†‡§]")
 # Authors as a reference entry names them: "Agogué, H.", "Brink, M. J.", "H. Agogué, M. Brink,".
-_ENTRY_AUTHORS = re.compile(r"[^\W\d_]{2,}\W?,\s+(?:[A-Z]\.\s?){1,3}[,;]?|\b[A-Z]\.\s[^\W\d_]{2,},")
 TITLE_SEARCH_ROWS = 12  # page 1's first rows, among which a title set below a banner or a sidebar is sought
 _FRONT_MATTER_LABEL = re.compile(
     r"^(?:CCS Concepts|Keywords|Key ?words|Index Terms|Additional Key Words|ACM Reference Format)\b", re.IGNORECASE
@@ -95,6 +102,7 @@ class _OpenBlock:
     rows: list[Row]
     slot: int | None = None  # the element index it fills when a float interrupted it
     footnote: bool = False
+    opens_unheaded_body: bool = False
     starts: list[int] = field(default_factory=lambda: [0])
 
     @property
@@ -156,6 +164,10 @@ class _Column:
     right: float
 
 
+def _face(row: Row) -> tuple[str, bool, float]:
+    return row.font, row.bold, row.font_size
+
+
 class _ElementBuilder:
     """Walks rows in reading order and emits typed elements."""
 
@@ -174,6 +186,11 @@ class _ElementBuilder:
         # A paragraph that a float or footnote interrupted before its sentence ended, waiting for its next line.
         self.pending: _OpenBlock | None = None
         self.seen_heading = False
+        # Whether the text below an Abstract heading is read, and the face (font, weight, size) of the abstract's
+        # first line, labelled or not: the main text may start in its own face with no heading (Nature's and
+        # PNAS's introductions), and that ends the abstract.
+        self.in_abstract = False
+        self.abstract_face: tuple[str, bool, float] | None = None
         self.in_references = False
         # A reference list that no heading names, found by its entries' shape: its blocks are entries all the same.
         # It pauses at body text in other type (the main text running on in the next column) and resumes at the
@@ -320,7 +337,7 @@ class _ElementBuilder:
             # Entries of a reference list are never headings; an appendix after them is styled and numbered. A
             # numbered entry set in bold ("1. Agogué, H., M. Brink, ... 2008.") names authors by their initials.
             return styled and spaced and number is not None and is_capitalised(title) \
-                and not _ENTRY_AUTHORS.search(title)
+                and not ENTRY_AUTHOR.search(title)
         if known:
             return styled or spaced or number is not None
         if not is_capitalised(title) or (text.endswith(".") and number is None) or not spaced:
@@ -370,6 +387,16 @@ class _ElementBuilder:
         self.in_references = in_references_after(text, self.in_references and not self.unnamed_references)
         self.unnamed_references = False
         self.seen_heading = True
+        self.in_abstract, self.abstract_face = describe_heading(text, False).role == "abstract", None
+
+    def _leaves_abstract(self, row: Row) -> bool:
+        """The row opens running text in another face than the abstract's, in type no smaller: an introduction
+        printed without a heading (a journal sets its abstract in bold, sans-serif or smaller type)."""
+        if self.abstract_face is None or row.bold or row.italic or row.font not in self.body_fonts:
+            return False
+        font, bold, size = self.abstract_face
+        return row.font_size >= 0.97 * size and row.font_size >= 0.9 * self.body_size \
+            and (row.font != font or bold or row.font_size > 1.05 * size)
 
     def _opens_prose(self, index: int) -> bool:
         """Two full lines of running text in one column: the start of the body, not an author or address line."""
@@ -544,7 +571,8 @@ class _ElementBuilder:
             return
         block, self.open = self.open, None
         kind = "reference" if self.unnamed_references and block.kind == "paragraph" else block.kind
-        element = self._element(kind, block.text, block.rows, block.starts)
+        element = replace(self._element(kind, block.text, block.rows, block.starts),
+                          opens_unheaded_body=block.opens_unheaded_body)
         if block.slot is None:
             self.elements.append(element)
         else:
@@ -751,6 +779,7 @@ class _ElementBuilder:
                 self._flush_pending()
                 self._emit("heading", "Abstract", [row])
                 self.seen_heading, in_front = True, False
+                self.in_abstract, self.abstract_face = True, _face(row)
                 self.open = _OpenBlock("paragraph", row.text[run_in.end():], [row])
                 index += 1
                 continue
@@ -785,9 +814,16 @@ class _ElementBuilder:
                 else:
                     self._close()
                     self._flush_pending()
-                unlabelled_abstract = in_front and not footnote and not _FRONT_MATTER_LABEL.match(row.text)
-                kind = "abstract" if unlabelled_abstract else "paragraph"
-                self.open = _OpenBlock(kind, row.text, [row], footnote=footnote)
+                opens_body = False
+                if (in_front or self.in_abstract) and not footnote and not _FRONT_MATTER_LABEL.match(row.text):
+                    opens_body = self._leaves_abstract(row)
+                    if opens_body:
+                        in_front = self.in_abstract = False
+                    elif self.abstract_face is None and self._opens_prose(index):
+                        self.abstract_face = _face(row)  # not a label's or an address's that may stand above
+                kind = "abstract" if in_front and not footnote and not _FRONT_MATTER_LABEL.match(row.text) \
+                    else "paragraph"
+                self.open = _OpenBlock(kind, row.text, [row], footnote=footnote, opens_unheaded_body=opens_body)
             index += 1
         self._close()
         self._flush_pending()

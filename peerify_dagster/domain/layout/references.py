@@ -13,12 +13,18 @@ from peerify_dagster.domain.layout.headings import describe_heading, is_main_tex
 REFERENCE_ENTRY_START = re.compile(r"^(?:\[\d{1,3}\]|\d{1,3}\.\s+[A-Z])")
 
 
+# An author as a reference entry names one: by surname and initials ("Agogué, H. M."), initials and surname
+# ("H. Agogué"), or surname and run-together initials, Vancouver style ("Weiss HA,").
+_SURNAME_INITIALS = r"[^\W\d_]{2,}\W?,\s+(?:[A-Z]\.\s?){1,3}"
+_INITIALS_SURNAME = r"\b[A-Z]\.\s?(?:[A-Z]\.\s?)?[^\W\d_]{2,}"
+_VANCOUVER_NAME = r"\b[A-Z][^\W\d_]+(?:-[A-Z][^\W\d_]+)?\s[A-Z]{1,3}[,.]"
+# In a line that may be a heading: the two forms with initials, the second followed by the next name's comma.
+ENTRY_AUTHOR = re.compile(f"{_SURNAME_INITIALS}|{_INITIALS_SURNAME},")
 # "1. Weiss, H. A., & Hawkes, S. (2001)", "[3] A. Author, B. Writer,", "12 Shah NC, Howie JGR." : a number, then
-# authors by surname and initials, in either order.
+# an author named in any of the three forms.
 _NUMBERED_ENTRY = re.compile(
     r"^(?:\[(?P<bracketed>\d{1,3})\]|(?P<number>\d{1,3})\.?)\s+"
-    r"(?=.{0,60}?(?:[^\W\d_]{2,},\s+(?:[A-Z]\.\s?){1,3}|\b[A-Z]\.\s?(?:[A-Z]\.\s?)?[^\W\d_]{2,}|"
-    r"\b[A-Z][^\W\d_]+(?:-[A-Z][^\W\d_]+)?\s[A-Z]{1,3}[,.]))"
+    rf"(?=.{{0,60}}?(?:{_SURNAME_INITIALS}|{_INITIALS_SURNAME}|{_VANCOUVER_NAME}))"
 )
 
 
