@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -170,3 +171,18 @@ def test_body_prose_inside_an_abstract_block_is_counted_and_fails_the_layout(scr
     markdown = tmp_path / "paper.md"
     markdown.write_text(f"# The title\n\n## Abstract\n\n{abstract}\n\n## Introduction\n\n{introduction}\n")
     assert script._markdown_truth(markdown, "human Markdown", title_known=True).body_only is False
+
+
+def test_a_folder_of_pdfs_is_measured_end_to_end_with_the_fastest_of_repeated_parses(script, tmp_path, capsys,
+                                                                                       monkeypatch) -> None:
+    folder = tmp_path / "journals"
+    folder.mkdir()
+    pdf = Path(script.REPO_ROOT, "peerify_dagster", "sample_venue", "snapshot", "pdfs", "Hp4sLx9TcV.pdf")
+    (folder / pdf.name).write_bytes(pdf.read_bytes())
+    parses = []
+    original = script.DocumentParser.parse
+    monkeypatch.setattr(script.DocumentParser, "parse", lambda self, path: parses.append(path) or original(self, path))
+    assert script.main(["--pdfs", str(tmp_path / "none"), "--journals", str(folder), "--repeat", "3"]) == 0
+    printed = capsys.readouterr().out
+    assert "| Hp4sLx9TcV.pdf | journal |" in printed and "| journal | 1 |" in printed
+    assert len(parses) == 1 + 3  # the warm-up, then three timed parses of the one paper
