@@ -269,3 +269,17 @@ def test_an_abstract_in_the_bodys_face_runs_on_to_the_first_heading():
     blocks = recover_blocks(lines, {1: PAGE[1], 2: PAGE[1]})
     abstract_text = " ".join(block.text for block in blocks if block.kind == "abstract")
     assert "Abstract prose" in abstract_text and "Introduction prose" in abstract_text
+
+
+def test_a_bold_italic_subheading_in_its_own_face_is_a_heading_close_above_its_paragraph():
+    # PeerJ: bold italic sans-serif subheads sit a line gap above their paragraph, which an italic line in the body's
+    # face (a quotation, a species name) never makes a heading.
+    body = "Body prose of the paper set in the serif face that runs across the column and goes on."
+    lines = [face(60, "Methods", 12.0, "TeXGyreHeros-Bold", bold=True)]
+    lines += [face(76 + 12 * row, body, 10.0, "Mini-Regular") for row in range(6)]
+    lines.append(replace(face(160, "Household socioeconomic and attitudinal response", 10.25,
+                              "TeXGyreHeros-BoldItalic", bold=True), italic=True))
+    lines.append(replace(face(172, "Loxodonta africana in the buffer zone", 10.0, "Mini-Italic"), italic=True))
+    lines += [face(184 + 12 * row, body, 10.0, "Mini-Regular") for row in range(6)]
+    headings = [block.text for block in recover_blocks(lines, PAGE) if block.kind == "heading"]
+    assert headings == ["Methods", "Household socioeconomic and attitudinal response"]

@@ -295,8 +295,10 @@ class _ElementBuilder:
 
     def _in_heading_face(self, row: Row) -> bool:
         # Not in the front matter, whose author and affiliation lines have faces of their own, unless in the face
-        # the paper's standard section names are set in.
-        return self._in_learnt_face(row) or self.seen_heading and not row.italic and row.font not in self.body_fonts
+        # the paper's standard section names are set in; italic only with bold (PeerJ's subheads), since italic
+        # alone sets quotations and names.
+        return self._in_learnt_face(row) or self.seen_heading and (row.bold or not row.italic) \
+            and row.font not in self.body_fonts
 
     def _heading_at(self, index: int) -> bool:
         # Asked several times per row (floats look ahead for headings); the answer depends only on the row, on
