@@ -57,17 +57,20 @@ def test_papers_come_from_the_mirror_into_their_halves_and_a_bad_hash_skips_only
                                                                                            capsys):
     mirrors, commit = mirror
     papers = [entry("dev-paper", commit, "dev"), entry("measured-paper", commit, "measured"),
-              entry("tampered", commit, "dev", pdf=b"other bytes")]
+              entry("fresh-paper", commit, "fresh"), entry("tampered", commit, "dev", pdf=b"other bytes"),
+              entry("unknown-half", commit, "test")]
     assert run(script, tmp_path, papers, "--git-mirrors", str(mirrors)) == 0
     out = capsys.readouterr().out
     assert (tmp_path / "dest" / "dev" / "dev-paper.pdf").read_bytes() == PDF
     assert (tmp_path / "dest" / "dev" / "dev-paper.tei.xml").read_bytes() == TEI
     assert (tmp_path / "dest" / "measured" / "measured-paper.pdf").is_file()
+    assert (tmp_path / "dest" / "fresh" / "fresh-paper.pdf").is_file()
     assert not (tmp_path / "dest" / "dev" / "tampered.pdf").exists()
-    assert "2 fetched" in out and "skipped tampered: hash mismatch" in out
+    assert "3 fetched" in out and "skipped tampered: hash mismatch" in out
+    assert "skipped unknown-half: bad manifest entry: half 'test' is not one of dev, measured, fresh" in out
     assert f"has sha256 {hashlib.sha256(PDF).hexdigest()}" in out  # both hashes named
-    assert run(script, tmp_path, papers[:2], "--git-mirrors", str(mirrors)) == 0
-    assert "0 fetched, 2 already in place" in capsys.readouterr().out
+    assert run(script, tmp_path, papers[:3], "--git-mirrors", str(mirrors)) == 0
+    assert "0 fetched, 3 already in place" in capsys.readouterr().out
 
 
 def test_no_source_reachable_fetches_nothing_and_exits_cleanly(script, mirror, tmp_path, capsys):
