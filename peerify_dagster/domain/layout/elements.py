@@ -85,7 +85,6 @@ _FRONT_MATTER_LINE = re.compile(
 )
 # A byline: names with affiliation marks ("Anyi Hu,¹,² Nianzhi Jiao,¹ * ...", "Kate Griffiths¹, Rong Hou²").
 _AFFILIATION_MARK = re.compile(r"[¹²³⁴⁵⁶⁷⁸⁹⁰*†‡§]")
-# Authors as a reference entry names them: "Agogué, H.", "Brink, M. J.", "H. Agogué, M. Brink,".
 TITLE_SEARCH_ROWS = 12  # page 1's first rows, among which a title set below a banner or a sidebar is sought
 _FRONT_MATTER_LABEL = re.compile(
     r"^(?:CCS Concepts|Keywords|Key ?words|Index Terms|Additional Key Words|ACM Reference Format)\b", re.IGNORECASE
@@ -816,15 +815,15 @@ class _ElementBuilder:
                 else:
                     self._close()
                     self._flush_pending()
+                prose = not footnote and not _FRONT_MATTER_LABEL.match(row.text)
                 opens_body = False
-                if (in_front or self.in_abstract) and not footnote and not _FRONT_MATTER_LABEL.match(row.text):
+                if (in_front or self.in_abstract) and prose:
                     opens_body = self._leaves_abstract(row)
                     if opens_body:
                         in_front = self.in_abstract = False
                     elif self.abstract_face is None and self._opens_prose(index):
                         self.abstract_face = _face(row)  # not a label's or an address's that may stand above
-                kind = "abstract" if in_front and not footnote and not _FRONT_MATTER_LABEL.match(row.text) \
-                    else "paragraph"
+                kind = "abstract" if in_front and prose else "paragraph"
                 self.open = _OpenBlock(kind, row.text, [row], footnote=footnote, opens_unheaded_body=opens_body)
             index += 1
         self._close()
