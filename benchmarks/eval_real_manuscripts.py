@@ -355,7 +355,7 @@ def _body_read_as_abstract(paragraphs: list[str], abstract_texts: list[str]) -> 
     misread = []
     for paragraph in paragraphs:
         wanted = _bigrams(_normal_tokens(paragraph))
-        if _is_prose(paragraph) and any(len(wanted & have) >= 0.9 * len(wanted) for have in abstract_bigrams):
+        if _is_prose(paragraph) and any(_entry_share(wanted, have) >= 0.9 for have in abstract_bigrams):
             misread.append(paragraph)
     return misread
 
@@ -577,6 +577,8 @@ def main(argv: list[str] | None = None) -> int:
     arguments.add_argument("--repeat", type=int, default=1,
                            help="parse each PDF this many times and time the fastest (default 1)")
     options = arguments.parse_args(argv)
+    if options.repeat < 1:
+        arguments.error(f"--repeat {options.repeat}: parse each PDF at least once")
     folders = {"conference": options.pdfs, "journal": options.journals}
     pdfs = [(layout, pdf) for layout, folder in folders.items() if folder.is_dir()
             for pdf in sorted(folder.glob("*.pdf"))]
@@ -591,7 +593,7 @@ def main(argv: list[str] | None = None) -> int:
     rows, failures = [], []
     for layout, pdf in pdfs:
         try:
-            rows.append({**evaluate(parser, pdf, config, max(options.repeat, 1)), "layout": layout})
+            rows.append({**evaluate(parser, pdf, config, options.repeat), "layout": layout})
         except ManuscriptParseError as error:
             failures.append(f"{pdf.name}: {error.reason}: {error.detail}")
         except UnreadableGroundTruth as error:

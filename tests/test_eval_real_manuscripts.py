@@ -186,3 +186,6 @@ def test_a_folder_of_pdfs_is_measured_end_to_end_with_the_fastest_of_repeated_pa
     printed = capsys.readouterr().out
     assert "| Hp4sLx9TcV.pdf | journal |" in printed and "| journal | 1 |" in printed
     assert len(parses) == 1 + 3  # the warm-up, then three timed parses of the one paper
+    with pytest.raises(SystemExit) as refused:
+        script.main(["--pdfs", str(tmp_path / "none"), "--journals", str(folder), "--repeat", "0"])
+    assert refused.value.code == 2 and "--repeat 0: parse each PDF at least once" in capsys.readouterr().err

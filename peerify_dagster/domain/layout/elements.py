@@ -815,15 +815,15 @@ class _ElementBuilder:
                 else:
                     self._close()
                     self._flush_pending()
-                prose = not footnote and not _FRONT_MATTER_LABEL.match(row.text)
+                body_block = not footnote and not _FRONT_MATTER_LABEL.match(row.text)
                 opens_body = False
-                if (in_front or self.in_abstract) and prose:
+                if (in_front or self.in_abstract) and body_block:
                     opens_body = self._leaves_abstract(row)
                     if opens_body:
                         in_front = self.in_abstract = False
                     elif self.abstract_face is None and self._opens_prose(index):
                         self.abstract_face = _face(row)  # not a label's or an address's that may stand above
-                kind = "abstract" if in_front and prose else "paragraph"
+                kind = "abstract" if in_front and body_block else "paragraph"
                 self.open = _OpenBlock(kind, row.text, [row], footnote=footnote, opens_unheaded_body=opens_body)
             index += 1
         self._close()
